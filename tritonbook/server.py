@@ -1,0 +1,460 @@
+"""A Triton Inference Server for the notebooks: embedded, or one that already runs.
+
+The embedded server is the real ``tritonserver`` binary (Triton 2.51) that ships inside
+the ``nvidia-pytriton`` wheel. It has the python backend but no libtorch or onnxruntime
+backend, so this module installs the book's python-based stand-ins for those two (see
+``tritonbook.standins``) next to the python backend.
+
+Set ``TRITON_URL`` (HTTP, ``host:port``) and optionally ``TRITON_GRPC_URL`` to use a
+server that already runs instead, such as the NGC container from ``docker/``.
+
+    with tritonbook.server.start() as server:
+        server.load("affine_python")
+        client = server.http()
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_ROOT.parent
+DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
+STANDINS = ("pytorch", "onnxruntime")
+# The embedded server reports this id as its name in the server metadata, so a client
+# can tell it (and its stand-ins) apart from the NGC container, which reports "triton".
+EMBEDDED_ID = "tritonbook-embedded"
+
+
+class TritonServerError(RuntimeError):
+    """The server did not start, or a model did not load. Carries the server log's tail."""
+
+
+@dataclass
+class ServerInfo:
+    """What a server is, as far as a client can tell."""
+
+    url: str
+    version: str
+    embedded: bool
+    backends: list[str] | None  # None: not visible from outside the server
+    standins: list[str] | None
+
+    def rows(self) -> list[tuple[str, str]]:
+        standins = "unknown" if self.standins is None else (", ".join(self.standins) or "none")
+        backends = "not visible to a client" if self.backends is None else ", ".join(self.backends)
+        return [
+            ("server", "embedded (nvidia-pytriton wheel)" if self.embedded else "remote"),
+            ("Triton version", self.version),
+            ("backends", backends),
+            ("stand-in backends", standins),
+        ]
+
+
+class Triton:
+    """A running Triton server reached over HTTP and gRPC (base of both kinds)."""
+
+    embedded = False
+
+    def __init__(self, http_url: str, grpc_url: str, metrics_url: str | None = None):
+        self.http_url = http_url
+        self.grpc_url = grpc_url
+        self.metrics_url = metrics_url
+        self._http = None
+        self._grpc = None
+
+    # Clients -----------------------------------------------------------------------
+    def http(self):
+        """A ``tritonclient.http`` client, made once and reused."""
+        if self._http is None:
+            import tritonclient.http as httpclient
+
+            self._http = httpclient.InferenceServerClient(self.http_url)
+        return self._http
+
+    def grpc(self):
+        """A ``tritonclient.grpc`` client, made once and reused."""
+        if self._grpc is None:
+            import tritonclient.grpc as grpcclient
+
+            self._grpc = grpcclient.InferenceServerClient(self.grpc_url)
+        return self._grpc
+
+    def _close_clients(self) -> None:
+        for client in (self._http, self._grpc):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+        self._http = self._grpc = None
+
+    # Health and models -------------------------------------------------------------
+    def is_live(self) -> bool:
+        return _http_status(f"http://{self.http_url}/v2/health/live") == 200
+
+    def is_ready(self) -> bool:
+        return _http_status(f"http://{self.http_url}/v2/health/ready") == 200
+
+    def load(self, model: str, config: dict | str | None = None) -> None:
+        """Load (or reload) a model. ``config`` overrides its config.pbtxt (JSON form).
+
+        Raises TritonServerError with the server's reason when the load fails.
+        """
+        from tritonclient.utils import InferenceServerException
+
+        if isinstance(config, dict):
+            config = json.dumps(config)
+        try:
+            self.http().load_model(model, config=config)
+        except InferenceServerException as exc:
+            raise TritonServerError(self._explain(f"loading model '{model}' failed: {exc.message()}")) from None
+
+    def unload(self, model: str, wait: float = 30.0) -> None:
+        """Unload a model and wait until the server reports it gone."""
+        self.http().unload_model(model)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            states = {m["name"]: m.get("state") for m in self.http().get_model_repository_index()}
+            if states.get(model) != "READY":
+                return
+            time.sleep(0.1)
+        raise TritonServerError(f"model '{model}' still READY {wait:.0f} s after unload")
+
+    def model_ready(self, model: str) -> bool:
+        return self.http().is_model_ready(model)
+
+    def info(self) -> ServerInfo:
+        meta = self.http().get_server_metadata()
+        embedded = meta.get("name") == EMBEDDED_ID
+        return ServerInfo(
+            url=self.http_url,
+            version=meta["version"],
+            embedded=embedded,
+            backends=None,
+            standins=list(STANDINS) if embedded else None,
+        )
+
+    def _explain(self, message: str) -> str:
+        return message
+
+    # Context manager ----------------------------------------------------------------
+    def stop(self) -> None:
+        self._close_clients()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class RemoteTriton(Triton):
+    """A server that someone else started (the container): never stopped by us."""
+
+    def __repr__(self) -> str:
+        return f"RemoteTriton(http={self.http_url}, grpc={self.grpc_url})"
+
+
+class EmbeddedTriton(Triton):
+    """The wheel's ``tritonserver`` started by this process, on 127.0.0.1 only."""
+
+    embedded = True
+
+    def __init__(
+        self,
+        model_repository: str | os.PathLike = DEFAULT_REPOSITORY,
+        *,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        load_models: list[str] | tuple[str, ...] = (),
+        model_control: str = "explicit",
+        startup_timeout: float = 120.0,
+        extra_args: list[str] | tuple[str, ...] = (),
+        log_verbose: int = 0,
+    ):
+        self.model_repository = Path(model_repository).resolve()
+        if not self.model_repository.is_dir():
+            raise TritonServerError(f"model repository {self.model_repository} is not a folder")
+        self.workdir = Path(tempfile.mkdtemp(prefix="tritonbook-"))
+        self.log_path = self.workdir / "server.log"
+        self.backends_dir = _prepare_backends(self.workdir / "backends")
+        ports = _free_ports(3) if None in (http_port, grpc_port, metrics_port) else []
+        self.http_port = http_port or ports[0]
+        self.grpc_port = grpc_port or ports[1]
+        self.metrics_port = metrics_port or ports[2]
+        super().__init__(
+            f"127.0.0.1:{self.http_port}",
+            f"127.0.0.1:{self.grpc_port}",
+            f"127.0.0.1:{self.metrics_port}",
+        )
+        wheel = _wheel_paths()
+        args = [
+            str(wheel.binary),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={self.backends_dir}",
+            f"--cache-directory={wheel.caches}",
+            f"--id={EMBEDDED_ID}",
+            f"--model-control-mode={model_control}",
+            # Triton listens on 0.0.0.0 unless told otherwise.
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--exit-timeout-secs=10",
+            f"--log-verbose={log_verbose}",
+            *(f"--load-model={m}" for m in load_models),
+            *extra_args,
+        ]
+        self.command = args
+        self._log_file = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            args,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_server_environment(wheel),
+            cwd=self.workdir,
+            # Own process group: stop() can reach the python backend stubs too.
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        atexit.register(self.stop)
+        try:
+            self._wait_ready(startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def __repr__(self) -> str:
+        state = "running" if self.process.poll() is None else f"exited {self.process.returncode}"
+        return f"EmbeddedTriton(http={self.http_url}, grpc={self.grpc_url}, {state})"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        """The whole server log so far."""
+        with contextlib.suppress(FileNotFoundError):
+            return self.log_path.read_text(errors="replace")
+        return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def _explain(self, message: str) -> str:
+        return f"{message}\n--- server log (last lines) ---\n{self.log_tail()}"
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise TritonServerError(
+                    self._explain(f"tritonserver exited with code {self.process.returncode} while starting")
+                )
+            if self.is_ready():
+                return
+            time.sleep(0.2)
+        raise TritonServerError(self._explain(f"tritonserver was not ready after {timeout:.0f} s"))
+
+    def info(self) -> ServerInfo:
+        info = super().info()
+        info.backends = sorted(p.name for p in self.backends_dir.iterdir() if p.is_dir())
+        return info
+
+    def stop(self) -> None:
+        """Stop the server and every process it started; safe to call twice."""
+        self._close_clients()
+        process = getattr(self, "process", None)
+        if process is not None:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Whatever is left in the group (a stub that outlived the server) is killed.
+            _kill_group(process.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+            self._log_file.close()
+        atexit.unregister(self.stop)
+        if getattr(self, "workdir", None) is not None and self.workdir.exists():
+            # Keep the log beside the repository's owner only while we run; a copy stays
+            # readable through self.last_log for error messages after stop().
+            self.last_log = self.log()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_after_stop(self) -> str:
+        return getattr(self, "last_log", "")
+
+
+# Entry points ------------------------------------------------------------------------
+def start(model_repository: str | os.PathLike = DEFAULT_REPOSITORY, **kwargs) -> Triton:
+    """The server the notebooks use.
+
+    With ``TRITON_URL`` set: the server found there (it must be live; nothing is
+    started and nothing will be stopped). Otherwise: a new embedded server on
+    ``model_repository`` with free ports on 127.0.0.1. Use it as a context manager, or
+    call ``stop()``; it is also stopped at exit and when this process dies.
+    """
+    remote = remote_from_environment()
+    if remote is not None:
+        return remote
+    return EmbeddedTriton(model_repository, **kwargs)
+
+
+def remote_from_environment(environ: dict | None = None) -> RemoteTriton | None:
+    """The server named by ``TRITON_URL`` / ``TRITON_GRPC_URL``, or None."""
+    environ = os.environ if environ is None else environ
+    http_url = environ.get("TRITON_URL", "").strip()
+    if not http_url:
+        return None
+    http_url = _strip_scheme(http_url)
+    grpc_url = _strip_scheme(environ.get("TRITON_GRPC_URL", "").strip())
+    if not grpc_url:
+        # The container publishes gRPC on 8001 next to HTTP on 8000.
+        grpc_url = f"{http_url.rsplit(':', 1)[0]}:8001"
+    server = RemoteTriton(http_url, grpc_url)
+    if not server.is_live():
+        raise TritonServerError(
+            f"TRITON_URL={http_url} is set but no live Triton server answers at "
+            f"http://{http_url}/v2/health/live; start the container (docker compose up) "
+            "or unset TRITON_URL to use the embedded server"
+        )
+    return server
+
+
+# Helpers -----------------------------------------------------------------------------
+@dataclass
+class _Wheel:
+    root: Path  # pytriton/tritonserver
+    libs: Path  # nvidia_pytriton.libs
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    @property
+    def caches(self) -> Path:
+        return self.root / "caches"
+
+    @property
+    def python_backend(self) -> Path:
+        return self.root / "backends" / "python"
+
+    @property
+    def stub(self) -> Path:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return self.root / "python_backend_stubs" / version / "triton_python_backend_stub"
+
+
+def _wheel_paths() -> _Wheel:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TritonServerError(
+            "the nvidia-pytriton wheel is not installed; run `make venv` "
+            "(or pip install -r requirements.txt), or set TRITON_URL to use a running server"
+        )
+    package = Path(list(spec.submodule_search_locations)[0])
+    wheel = _Wheel(root=package / "tritonserver", libs=package.parent / "nvidia_pytriton.libs")
+    for path in (wheel.binary, wheel.python_backend, wheel.libs):
+        if not path.exists():
+            raise TritonServerError(f"the nvidia-pytriton wheel has no {path}; reinstall it")
+    if not wheel.stub.exists():
+        raise TritonServerError(
+            f"the nvidia-pytriton wheel has no python backend stub for Python "
+            f"{sys.version_info.major}.{sys.version_info.minor} ({wheel.stub})"
+        )
+    return wheel
+
+
+def _prepare_backends(target: Path) -> Path:
+    """A backend folder: the wheel's python backend, its stub for this Python, the stand-ins."""
+    wheel = _wheel_paths()
+    shutil.copytree(wheel.python_backend, target / "python", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(wheel.stub, target / "python" / wheel.stub.name)
+    for name in STANDINS:
+        (target / name).mkdir(parents=True)
+        # A folder with model.py and no libtriton_<name>.so: Triton runs it on the
+        # python backend for every model whose backend (or platform) is <name>.
+        shutil.copy2(PACKAGE_ROOT / "standins" / name / "model.py", target / name / "model.py")
+    return target
+
+
+def _server_environment(wheel: _Wheel) -> dict[str, str]:
+    env = dict(os.environ)
+    # The wheel's own shared libraries, then this interpreter's libpython: the stub
+    # embeds libpython3.X, and the running Python's copy matches its site-packages.
+    libdirs = [str(wheel.libs), sysconfig.get_config_var("LIBDIR") or ""]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [*libdirs, env.get("LD_LIBRARY_PATH", "")] if p)
+    # Python models run in the stub, which does not read this venv's .pth files: give
+    # it the venv's site-packages and the project root (for `import tritonbook`).
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(PROJECT_ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in [*paths, env.get("PYTHONPATH", "")] if p))
+    # Models use the interpreter's thread defaults unless a config says otherwise.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    for name in ("TRITON_URL", "TRITON_GRPC_URL"):
+        env.pop(name, None)
+    return env
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    # PR_SET_PDEATHSIG = 1: the kernel sends SIGTERM to tritonserver when we die.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+
+
+def _strip_scheme(url: str) -> str:
+    for scheme in ("http://", "https://", "grpc://"):
+        if url.startswith(scheme):
+            return url[len(scheme):].rstrip("/")
+    return url.rstrip("/")

@@ -1,0 +1,248 @@
+"""The book's stand-in for Triton's PyTorch (libtorch) backend (``platform: "pytorch_libtorch"``).
+
+The embedded server (the nvidia-pytriton wheel) has no libtorch backend. Triton runs a
+``backends/pytorch/model.py`` through the python backend instead, for every model whose
+platform is ``pytorch_libtorch`` (backend ``pytorch``); this is that file. It loads the
+TorchScript ``model.pt`` with the torch of the book's environment and follows the
+contract of the real backend (pytorch_backend ``src/libtorch.cc``, r24.10):
+
+* inputs are matched by ``forward()`` argument names when every config input is one;
+  else by the ``<name>__<index>`` convention; else by config order (with a warning);
+* outputs by ``<name>__<index>``, else by config order; a model returns a Tensor or a
+  tuple of Tensors;
+* with ``max_batch_size > 0`` the requests of one execution are concatenated on dim 0
+  and the outputs are split back; with ``0`` shapes pass through unchanged;
+* the device comes from the instance kind (KIND_GPU: ``cuda:<id>``; else the CPU);
+* ``torch.inference_mode`` unless ``INFERENCE_MODE`` is "false";
+* the same error texts for a config that does not match the model.
+
+The NGC container serves the same configs with the real C++ backend.
+Not reproduced: string tensors, Dict(str, Tensor) inputs, sequence batching state,
+CUDA graphs/streams, weight sharing across instances, cache cleaning.
+"""
+
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from tritonbook.standins.common import (
+    StandinConfig,
+    announce,
+    gather_inputs,
+    split_outputs,
+    triton_type_of,
+)
+
+def _error(message):
+    return pb_utils.TritonModelException(message)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import torch
+
+        self.torch = torch
+        self.config = config = StandinConfig.from_args(args, "model.pt")
+        path = os.path.join(config.model_dir, config.version, config.default_model_filename)
+        if not os.path.exists(path):
+            raise _error(f"unable to find '{path}' for model instance '{config.instance_name}'")
+
+        # KIND_GPU: model and inputs on cuda:<id>. KIND_CPU: the CPU. KIND_MODEL: the
+        # model stays where it was saved and inputs arrive on the CPU, as in libtorch.cc.
+        if config.instance_kind == "GPU":
+            if not torch.cuda.is_available():
+                raise _error(f"instance '{config.instance_name}' is KIND_GPU but torch sees no GPU")
+            self.device = torch.device("cuda", config.device_id)
+        else:
+            self.device = torch.device("cpu")
+        self._apply_parameters()
+        if config.instance_kind == "MODEL":
+            self.model = torch.jit.load(path)
+        else:
+            self.model = torch.jit.load(path, map_location=self.device)
+        self.model.eval()
+
+        self.input_order = self._input_order()
+        self.output_index = self._output_index()
+        announce(
+            pb_utils, "pytorch", "libtorch", config,
+            f"torch {torch.__version__} on {self.device}; inputs by {self.input_convention}, "
+            f"outputs by {self.output_convention}.",
+        )
+
+    # Parameters ----------------------------------------------------------------------
+    def _apply_parameters(self):
+        torch, config = self.torch, self.config
+        self.inference_mode = config.flag("INFERENCE_MODE", True)
+        self.optimized_execution = not config.flag("DISABLE_OPTIMIZED_EXECUTION", False)
+        if config.flag("DISABLE_CUDNN", False):
+            torch.backends.cudnn.enabled = False
+        # The stub is one process per instance, so these settings stay per instance.
+        intra = config.integer("INTRA_OP_THREAD_COUNT")
+        if intra is not None and intra > 0:
+            torch.set_num_threads(intra)
+        inter = config.integer("INTER_OP_THREAD_COUNT")
+        if inter is not None and inter > 0:
+            try:
+                torch.set_num_interop_threads(inter)
+            except RuntimeError:  # only possible before torch's first parallel work
+                pb_utils.Logger.log_warn("INTER_OP_THREAD_COUNT ignored: torch already started its pool")
+        if "ENABLE_JIT_PROFILING" in config.parameters:
+            torch._C._jit_set_profiling_executor(config.flag("ENABLE_JIT_PROFILING", True))
+        for ignored in ("ENABLE_WEIGHT_SHARING", "ENABLE_CACHE_CLEANING", "ENABLE_JIT_EXECUTOR"):
+            if ignored in config.parameters:
+                pb_utils.Logger.log_info(f"[tritonbook] {ignored} has no effect in the stand-in")
+
+    # Input and output naming (libtorch.cc: ValidateInputs, GetNamingConvention) ------
+    def _input_order(self):
+        """Position in forward() of each config input, in config order."""
+        config = self.config
+        arguments = self.model.forward.schema.arguments
+        if arguments and arguments[0].name == "self":
+            arguments = arguments[1:]
+        kinds = [str(a.type) for a in arguments]
+        if sum(kind.startswith("Dict") for kind in kinds) > 1:
+            raise _error(
+                "Multiple inputs of kind DictType were detected. Only a single input of "
+                "type Dict(str, Tensor) is supported."
+            )
+        if len(kinds) == 1 and kinds[0].startswith("Dict"):
+            raise _error(
+                "the book's stand-in does not serve a Dict(str, Tensor) input; "
+                "the NGC container's libtorch backend does"
+            )
+        for kind in kinds:
+            if kind != "Tensor" and not kind.startswith("List"):
+                raise _error(
+                    f"An input of type '{kind}' was detected in the model. Only a single input "
+                    "of type Dict(str, Tensor) or input(s) of type Tensor are supported."
+                )
+        if len(arguments) != len(config.inputs):
+            raise _error(
+                f"unable to load model '{config.model_name}', configuration expects "
+                f"{len(config.inputs)} inputs, model provides {len(arguments)}"
+            )
+        names = [a.name for a in arguments]
+        config_names = [io.name for io in config.inputs]
+        if all(name in names for name in config_names):
+            self.input_convention = "forward() argument names"
+            return [names.index(name) for name in config_names]
+        indices = self._named_indices("input", config_names)
+        if indices is not None:
+            self.input_convention = "the <name>__<index> convention"
+            for name, index in zip(config_names, indices):
+                if index >= len(arguments):
+                    raise _error(
+                        f"unable to load model '{config.model_name}', input '{name}' refers to "
+                        f"index {index}, but the model's forward() takes {len(arguments)} inputs"
+                    )
+            return indices
+        self.input_convention = "config order"
+        return list(range(len(config_names)))
+
+    def _output_index(self):
+        names = [io.name for io in self.config.outputs]
+        indices = self._named_indices("output", names)
+        if indices is not None:
+            self.output_convention = "the <name>__<index> convention"
+            return dict(zip(names, indices))
+        self.output_convention = "config order"
+        return {name: i for i, name in enumerate(names)}
+
+    def _named_indices(self, kind, names):
+        """Indices from '<name>__<index>' names, or None to fall back to config order.
+
+        Like the real backend, a name with '__' but no digits after it logs a warning;
+        a name without '__' falls back silently.
+        """
+        indices = []
+        for name in names:
+            first = name.find("__")
+            if first < 0:
+                return None
+            suffix = name[first + 2 :]
+            if not suffix.isdigit():
+                model = self.config.model_name
+                if kind == "input":
+                    text = (
+                        f"input '{name}' or previous input(s) are neither an input argument to "
+                        f"the model '{model}' nor do they follow the <name>__<index> naming "
+                        "convention. Falling back to enforcing strict ordering from model "
+                        "configuration."
+                    )
+                else:
+                    text = (
+                        f"output '{name}' or previous output(s) of the model '{model}' do not "
+                        "follow the <name>__<index> naming convention. Falling back to "
+                        "enforcing strict ordering from model configuration."
+                    )
+                pb_utils.Logger.log_warn(text)
+                return None
+            indices.append(int(suffix))
+        return indices
+
+    # Execution ----------------------------------------------------------------------
+    def execute(self, requests):
+        try:
+            per_request = self._run(requests)
+        except Exception as exc:  # one error response per request, never a crash
+            error = pb_utils.TritonError(str(exc))
+            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in tensors.items()]
+            )
+            for tensors in per_request
+        ]
+
+    def _run(self, requests):
+        torch, config = self.torch, self.config
+        arrays, sizes = gather_inputs(pb_utils, requests, config)
+        arguments = [None] * len(config.inputs)
+        for io, position in zip(config.inputs, self.input_order):
+            arguments[position] = torch.from_numpy(arrays[io.name]).to(self.device)
+        total = sum(sizes)
+        if config.max_batch_size > 0 and total > config.max_batch_size:
+            raise RuntimeError(
+                f"batch size {total} for '{config.model_name}', max allowed is {config.max_batch_size}"
+            )
+        grad_mode = torch.inference_mode() if self.inference_mode else torch.no_grad()
+        try:
+            with grad_mode, torch.jit.optimized_execution(self.optimized_execution):
+                result = self.model(*arguments)
+        except Exception as exc:
+            raise RuntimeError(f"PyTorch execute failure: {exc}") from exc
+        outputs = self._outputs(result)
+        return split_outputs(outputs, sizes, config)
+
+    def _outputs(self, result):
+        torch, config = self.torch, self.config
+        if isinstance(result, torch.Tensor):
+            returned = [result]
+        elif isinstance(result, tuple) and all(isinstance(r, torch.Tensor) for r in result):
+            returned = list(result)
+        else:
+            raise RuntimeError(
+                "output must be of type Tensor, List[str] or Tuple containing one of these "
+                "two types. It should not be a List / Dictionary of Tensors or a Scalar"
+            )
+        outputs = {}
+        for io in config.outputs:
+            index = self.output_index[io.name]
+            if index >= len(returned):
+                raise RuntimeError(
+                    f"The output {io.name} in the model configuration refers to an output "
+                    f"index which doesn't exist. This model has {len(returned)} outputs"
+                )
+            tensor = returned[index]
+            if tensor.dim() == 0:
+                raise RuntimeError(f"output '{io.name}' is a scalar which is not supported.")
+            array = tensor.detach().cpu().numpy()
+            if array.dtype != np.dtype(io.dtype):
+                raise RuntimeError(
+                    f"configuration expects datatype {io.triton_type} for output "
+                    f"'{io.name}', model provides {triton_type_of(array.dtype)}"
+                )
+            outputs[io.name] = array
+        return outputs
