@@ -28,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -77,20 +78,24 @@ class Triton:
         self.http_url = http_url
         self.grpc_url = grpc_url
         self.metrics_url = metrics_url
-        self._http = None
+        self._http = threading.local()
+        self._http_clients = []
         self._grpc = None
 
     # Clients -----------------------------------------------------------------------
     def http(self):
-        """A ``tritonclient.http`` client, made once and reused."""
-        if self._http is None:
+        """A ``tritonclient.http`` client, one per thread (the HTTP client is not
+        thread-safe: threads sharing one block each other forever)."""
+        client = getattr(self._http, "client", None)
+        if client is None:
             import tritonclient.http as httpclient
 
-            self._http = httpclient.InferenceServerClient(self.http_url)
-        return self._http
+            client = self._http.client = httpclient.InferenceServerClient(self.http_url)
+            self._http_clients.append(client)
+        return client
 
     def grpc(self):
-        """A ``tritonclient.grpc`` client, made once and reused."""
+        """A ``tritonclient.grpc`` client, made once and shared (it is thread-safe)."""
         if self._grpc is None:
             import tritonclient.grpc as grpcclient
 
@@ -98,11 +103,11 @@ class Triton:
         return self._grpc
 
     def _close_clients(self) -> None:
-        for client in (self._http, self._grpc):
+        for client in [*self._http_clients, self._grpc]:
             if client is not None:
                 with contextlib.suppress(Exception):
                     client.close()
-        self._http = self._grpc = None
+        self._http, self._http_clients, self._grpc = threading.local(), [], None
 
     # Health and models -------------------------------------------------------------
     def is_live(self) -> bool:
@@ -194,7 +199,11 @@ class EmbeddedTriton(Triton):
             raise TritonServerError(f"model repository {self.model_repository} is not a folder")
         self.workdir = Path(tempfile.mkdtemp(prefix="tritonbook-"))
         self.log_path = self.workdir / "server.log"
-        self.backends_dir = _prepare_backends(self.workdir / "backends")
+        try:
+            self.backends_dir = _prepare_backends(self.workdir / "backends")
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         ports = _free_ports(3) if None in (http_port, grpc_port, metrics_port) else []
         self.http_port = http_port or ports[0]
         self.grpc_port = grpc_port or ports[1]
@@ -253,10 +262,10 @@ class EmbeddedTriton(Triton):
         return self.process.pid
 
     def log(self) -> str:
-        """The whole server log so far."""
+        """The whole server log so far (also after stop())."""
         with contextlib.suppress(FileNotFoundError):
             return self.log_path.read_text(errors="replace")
-        return ""
+        return getattr(self, "_final_log", "")
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
@@ -299,14 +308,10 @@ class EmbeddedTriton(Triton):
                 process.wait(timeout=5)
             self._log_file.close()
         atexit.unregister(self.stop)
-        if getattr(self, "workdir", None) is not None and self.workdir.exists():
-            # Keep the log beside the repository's owner only while we run; a copy stays
-            # readable through self.last_log for error messages after stop().
-            self.last_log = self.log()
+        if self.workdir.exists():
+            # The work folder goes; the log stays readable through log() afterwards.
+            self._final_log = self.log()
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log_after_stop(self) -> str:
-        return getattr(self, "last_log", "")
 
 
 # Entry points ------------------------------------------------------------------------
@@ -394,6 +399,7 @@ def _prepare_backends(target: Path) -> Path:
     wheel = _wheel_paths()
     shutil.copytree(wheel.python_backend, target / "python", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(wheel.stub, target / "python" / wheel.stub.name)
+    _check_stub_libraries(target / "python" / wheel.stub.name, wheel)
     for name in STANDINS:
         (target / name).mkdir(parents=True)
         # A folder with model.py and no libtriton_<name>.so: Triton runs it on the
@@ -417,6 +423,23 @@ def _server_environment(wheel: _Wheel) -> dict[str, str]:
     for name in ("TRITON_URL", "TRITON_GRPC_URL"):
         env.pop(name, None)
     return env
+
+
+def _check_stub_libraries(stub: Path, wheel: _Wheel) -> None:
+    """Fail early, and clearly, when the stub cannot find libpython3.X."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        return
+    env = _server_environment(wheel)
+    result = subprocess.run([ldd, str(stub)], capture_output=True, text=True, env=env)
+    missing = [line.split()[0] for line in result.stdout.splitlines() if "not found" in line]
+    if missing:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise TritonServerError(
+            f"the python backend stub cannot find {', '.join(missing)}. It embeds "
+            f"libpython{version}: use a Python built with --enable-shared (pyenv: "
+            f"PYTHON_CONFIGURE_OPTS=--enable-shared), or install Debian's libpython{version}"
+        )
 
 
 def _free_ports(count: int) -> list[int]:

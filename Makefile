@@ -1,0 +1,49 @@
+# Deploying PyTorch on Triton: build, test and serve the book.
+#   make book   execute every notebook against Triton, then build _build/html
+#   make test   unit tests, nbval over notebooks/, and the book build
+#   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
+# Set TRITON_URL (and TRITON_GRPC_URL) to run the notebooks against a running
+# server, such as the NGC container from docker/compose.yaml, instead.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+NOTEBOOKS = $(sort $(wildcard notebooks/*.ipynb))
+# Volatile text (ports, paths, timings) that nbval must not compare literally.
+NBVAL = --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
+
+TRITON_HTTP_PORT    ?= 8000
+TRITON_GRPC_PORT    ?= 8001
+TRITON_METRICS_PORT ?= 8002
+LOAD ?=
+
+.PHONY: venv book execute html test serve clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+book: execute html
+
+execute: venv
+	$(BIN)/python -m tritonbook.notebooks $(NOTEBOOKS)
+
+html: venv
+	$(BIN)/jupyter-book build -W --keep-going .
+
+test: venv
+	$(BIN)/python -m pytest tests notebooks $(NBVAL)
+	$(BIN)/jupyter-book build -W --keep-going .
+
+serve: venv
+	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \
+	TRITON_METRICS_PORT=$(TRITON_METRICS_PORT) \
+	$(BIN)/python -m tritonbook.serve $(foreach m,$(LOAD),--load-model $(m))
+
+clean:
+	rm -rf _build

@@ -1,0 +1,69 @@
+"""Shared fixtures: real embedded Triton servers, and small model repositories for them."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tritonbook import repository, server
+
+
+def pytest_configure(config):
+    # The tests start their own embedded servers; a TRITON_URL meant for the
+    # notebooks must not redirect them.
+    for name in ("TRITON_URL", "TRITON_GRPC_URL"):
+        os.environ.pop(name, None)
+
+
+@pytest.fixture(scope="session")
+def book_server():
+    """One embedded server on the book's model repository, its generated files built."""
+    repository.ensure_model_files()
+    with server.EmbeddedTriton(repository.REPOSITORY) as triton:
+        yield triton
+
+
+@pytest.fixture(scope="session")
+def scratch_repository(tmp_path_factory) -> Path:
+    """An empty model repository; tests add model folders to it."""
+    return tmp_path_factory.mktemp("repository")
+
+
+@pytest.fixture(scope="session")
+def scratch_server(scratch_repository):
+    """An embedded server on the scratch repository (models are loaded by name)."""
+    with server.EmbeddedTriton(scratch_repository) as triton:
+        yield triton
+
+
+def write_model(repository_dir: Path, name: str, config: str, files: dict[str, object] | None = None) -> Path:
+    """A model folder: config.pbtxt, plus files (bytes, text, or a builder taking a path)."""
+    folder = repository_dir / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(textwrap.dedent(config))
+    for relative, content in (files or {}).items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if callable(content):
+            content(path)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(textwrap.dedent(content))
+    return folder
+
+
+def save_torchscript(module) -> callable:
+    """A builder that scripts ``module`` and saves it where write_model says."""
+    import torch
+
+    def build(path: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.jit.save(torch.jit.script(module), str(path))
+
+    return build

@@ -1,0 +1,187 @@
+"""The embedded server's lifecycle: start, stop, errors, two at once, dying with its parent."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from tritonbook import server
+from tritonbook.client import infer
+from conftest import write_model
+
+PYTHON_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + 1)])
+            for r in requests]
+"""
+PYTHON_CONFIG = """
+backend: "python"
+max_batch_size: 4
+input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+
+
+def triton_processes(pgid):
+    """PIDs still in the server's process group (tritonserver and its stubs)."""
+    out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True).stdout
+    return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid]
+
+
+def wait_gone(pgid, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and triton_processes(pgid):
+        time.sleep(0.1)
+    return triton_processes(pgid)
+
+
+@pytest.fixture
+def plus_one_repository(tmp_path):
+    write_model(tmp_path, "plus_one", PYTHON_CONFIG, {"1/model.py": PYTHON_MODEL})
+    return tmp_path
+
+
+def listening_addresses(port):
+    """Local addresses with a listening TCP socket on ``port`` (from /proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.add(address)
+    return found
+
+
+def test_start_infer_stop_leaves_nothing_behind(plus_one_repository):
+    triton = server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"])
+    workdir, pgid = triton.workdir, triton.pid
+    try:
+        assert triton.is_ready() and triton.model_ready("plus_one")
+        # The python model runs in a stub process in the server's group.
+        assert len(triton_processes(pgid)) >= 2
+        out = infer(triton, "plus_one", {"IN": np.array([[41]], dtype=np.int32)}, ["OUT"])
+        assert out["OUT"].tolist() == [[42]]
+        # 127.0.0.1 only: /proc writes it 0100007F, or as ::ffff:127.0.0.1 (gRPC).
+        loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
+        for port in (triton.http_port, triton.grpc_port, triton.metrics_port):
+            addresses = listening_addresses(port)
+            assert addresses and addresses <= loopback, (port, addresses)
+    finally:
+        triton.stop()
+    assert wait_gone(pgid) == []
+    assert not workdir.exists()
+    assert not triton.is_live()
+    triton.stop()  # a second stop is harmless
+    assert "successfully loaded 'plus_one'" in triton.log()
+
+
+def test_context_manager_stops_the_server(plus_one_repository):
+    with server.EmbeddedTriton(plus_one_repository) as triton:
+        pgid = triton.pid
+        assert triton.is_live()
+    assert wait_gone(pgid) == []
+
+
+def test_broken_repository_gives_a_clear_error_with_the_log(tmp_path):
+    write_model(tmp_path, "broken", 'backend: "python"\nmax_batch_size: "eight"\n')
+    with pytest.raises(server.TritonServerError) as caught:
+        server.EmbeddedTriton(tmp_path, load_models=["broken"], startup_timeout=60)
+    message = str(caught.value)
+    assert "exited with code" in message
+    assert "--- server log (last lines) ---" in message
+    assert "broken" in message  # the log names the model that failed
+
+
+def test_missing_repository_is_refused(tmp_path):
+    with pytest.raises(server.TritonServerError, match="is not a folder"):
+        server.EmbeddedTriton(tmp_path / "nowhere")
+
+
+def test_a_failed_load_carries_the_servers_reason(plus_one_repository):
+    failing = "class TritonPythonModel:\n    def initialize(self, args):\n        raise ValueError('weights missing')\n"
+    write_model(plus_one_repository, "fails_to_initialize", PYTHON_CONFIG, {"1/model.py": failing})
+    with server.EmbeddedTriton(plus_one_repository) as triton:
+        with pytest.raises(server.TritonServerError, match="(?s)loading model 'fails_to_initialize' failed.*weights missing"):
+            triton.load("fails_to_initialize")
+        # Strict readiness (Triton's default): a model that failed to load keeps the
+        # server "not ready", even after an unload, until a load of that name succeeds.
+        assert triton.is_live() and not triton.is_ready()
+        triton.unload("fails_to_initialize")
+        assert not triton.is_ready()
+        write_model(plus_one_repository, "fails_to_initialize", PYTHON_CONFIG, {"1/model.py": PYTHON_MODEL})
+        triton.load("fails_to_initialize")
+        assert triton.is_ready()
+
+
+def test_two_servers_at_once(plus_one_repository):
+    with server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"]) as first, \
+            server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"]) as second:
+        assert first.http_port != second.http_port
+        for triton, value in ((first, 1), (second, 2)):
+            out = infer(triton, "plus_one", {"IN": np.array([[value]], dtype=np.int32)}, ["OUT"], protocol="grpc")
+            assert out["OUT"].tolist() == [[value + 1]]
+
+
+def test_explicit_ports(plus_one_repository):
+    http, grpc, metrics = server._free_ports(3)
+    with server.EmbeddedTriton(plus_one_repository, http_port=http, grpc_port=grpc, metrics_port=metrics) as triton:
+        assert triton.http_url == f"127.0.0.1:{http}"
+        assert triton.is_live()
+
+
+def test_the_server_dies_with_its_parent(plus_one_repository, tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time
+        from tritonbook import server
+        triton = server.EmbeddedTriton({str(plus_one_repository)!r}, load_models=["plus_one"])
+        print(triton.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pgid = int(parent.stdout.readline())
+        assert triton_processes(pgid)
+    finally:
+        parent.send_signal(signal.SIGKILL)  # no atexit, no cleanup: only the kernel's signal
+        parent.wait()
+    assert wait_gone(pgid, seconds=30) == []
+
+
+def test_remote_server_from_environment(plus_one_repository):
+    with server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"]) as triton:
+        remote = server.remote_from_environment(
+            {"TRITON_URL": f"http://{triton.http_url}", "TRITON_GRPC_URL": triton.grpc_url}
+        )
+        assert isinstance(remote, server.RemoteTriton)
+        info = remote.info()
+        # The embedded server names itself, so a client can tell stand-ins are in use.
+        assert info.embedded and info.version == "2.51.0" and info.standins == ["pytorch", "onnxruntime"]
+        out = infer(remote, "plus_one", {"IN": np.array([[1]], dtype=np.int32)}, ["OUT"], protocol="grpc")
+        assert out["OUT"].tolist() == [[2]]
+        remote.stop()  # closes clients only
+        assert triton.is_live()
+
+
+def test_remote_server_that_does_not_answer_is_a_clear_error():
+    (port,) = server._free_ports(1)
+    started = time.monotonic()
+    with pytest.raises(server.TritonServerError, match="no live Triton server answers"):
+        server.remote_from_environment({"TRITON_URL": f"127.0.0.1:{port}"})
+    assert time.monotonic() - started < 10
+
+
+def test_no_remote_without_the_variable():
+    assert server.remote_from_environment({}) is None
