@@ -185,3 +185,34 @@ def test_remote_server_that_does_not_answer_is_a_clear_error():
 
 def test_no_remote_without_the_variable():
     assert server.remote_from_environment({}) is None
+
+
+def test_python_models_see_this_environment_even_when_it_is_not_activated(plus_one_repository):
+    # The stub ignores PYTHONPATH and finds its prefix through PATH; a server started
+    # by an interpreter whose venv is not on PATH must still give models torch and tritonbook.
+    probe = """
+import triton_python_backend_utils as pb_utils
+import torch, tritonbook
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 0 + len(torch.__version__))])
+            for r in requests]
+"""
+    write_model(plus_one_repository, "imports_torch", PYTHON_CONFIG, {"1/model.py": probe})
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from tritonbook import server
+        from tritonbook.client import infer
+        with server.EmbeddedTriton({str(plus_one_repository)!r}, load_models=["imports_torch"]) as triton:
+            out = infer(triton, "imports_torch", {{"IN": np.zeros((1, 1), np.int32)}}, ["OUT"])
+            print(int(out["OUT"][0, 0]))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    import torch
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) == len(torch.__version__)

@@ -414,12 +414,11 @@ def _server_environment(wheel: _Wheel) -> dict[str, str]:
     # embeds libpython3.X, and the running Python's copy matches its site-packages.
     libdirs = [str(wheel.libs), sysconfig.get_config_var("LIBDIR") or ""]
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [*libdirs, env.get("LD_LIBRARY_PATH", "")] if p)
-    # Python models run in the stub, which does not read this venv's .pth files: give
-    # it the venv's site-packages and the project root (for `import tritonbook`).
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(PROJECT_ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in [*paths, env.get("PYTHONPATH", "")] if p))
-    # Models use the interpreter's thread defaults unless a config says otherwise.
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    # The stub's embedded Python ignores PYTHONPATH, but it finds its prefix by looking
+    # up "python3" on PATH: this environment's bin folder first makes python models run
+    # with this venv's site-packages (torch, cv2, the editable tritonbook), .pth included.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
     for name in ("TRITON_URL", "TRITON_GRPC_URL"):
         env.pop(name, None)
     return env
