@@ -209,21 +209,35 @@ def test_checkpoint_without_params_lists_its_keys(tmp_path):
 
 def test_from_environment(monkeypatch, tmp_path):
     monkeypatch.delenv(gfpgan.WEIGHTS_ENV, raising=False)
+    monkeypatch.setattr(gfpgan, "ASSET_WEIGHTS", tmp_path / "GFPGANv1.pth")
     model, description = gfpgan.gfpgan_from_environment(out_size=32)
-    assert isinstance(model, GFPGANv1) and not model.training
+    assert isinstance(model, GFPGANv1) and not model.training and model.out_size == 32
     assert "not set" in description and "not been trained" in description
 
     monkeypatch.setenv(gfpgan.WEIGHTS_ENV, str(tmp_path / "nowhere.pth"))
     _, description = gfpgan.gfpgan_from_environment(out_size=32)
     assert "no such file" in description
 
+    # A real checkpoint decides the size (the argument is for the random stand-in).
     real = build_gfpgan(out_size=32, seed=5)
     path = tmp_path / "real.pth"
     torch.save({"params_ema": real.state_dict()}, path)
     monkeypatch.setenv(gfpgan.WEIGHTS_ENV, str(path))
-    model, description = gfpgan.gfpgan_from_environment(out_size=32)
-    assert str(path) in description and "trained weights" in description
+    model, description = gfpgan.gfpgan_from_environment(out_size=256)
+    assert str(path) in description and "trained weights" in description and model.out_size == 32
     assert torch.equal(model.final_linear.weight, real.final_linear.weight)
+
+    # Without the variable, a checkpoint dropped into assets/ is used.
+    monkeypatch.delenv(gfpgan.WEIGHTS_ENV)
+    torch.save({"params": real.state_dict()}, tmp_path / "GFPGANv1.pth")
+    model, description = gfpgan.gfpgan_from_environment()
+    assert "GFPGANv1.pth" in description and torch.equal(model.toRGB[0].weight, real.toRGB[0].weight)
+
+
+def test_checkpoint_size_is_read_from_its_noise_maps():
+    for size in (32, 256, 512):
+        assert gfpgan.checkpoint_out_size(GFPGANv1(out_size=size).state_dict()) == size
+    assert gfpgan.checkpoint_out_size({}) is None
 
 
 # --- the custom ops ---------------------------------------------------------

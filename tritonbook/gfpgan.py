@@ -46,11 +46,14 @@ __all__ = [
     "fused_leaky_relu",
     "upfirdn2d",
     "GFPGANv1",
+    "GFPGANForDeploy",
     "StyleGAN2GeneratorSFT",
     "CheckpointMismatchError",
     "RELEASED_V1_CONFIG",
     "build_gfpgan",
     "load_gfpgan",
+    "checkpoint_out_size",
+    "weights_path",
     "gfpgan_from_environment",
 ]
 
@@ -70,6 +73,8 @@ RELEASED_V1_CONFIG = dict(
 
 # Environment variable that may name a real checkpoint (see gfpgan_from_environment).
 WEIGHTS_ENV = "GFPGAN_WEIGHTS"
+# Where a reader may drop the released checkpoint instead (never committed).
+ASSET_WEIGHTS = Path(__file__).resolve().parent.parent / "assets" / "GFPGANv1.pth"
 
 
 # ---------------------------------------------------------------------------
@@ -137,10 +142,14 @@ class _Ops:
     def __init__(self) -> None:
         self.fused_leaky_relu: Callable[..., torch.Tensor] = fused_leaky_relu
         self.upfirdn2d: Callable[..., torch.Tensor] = upfirdn2d
+        # True: modulated convolutions run as one grouped conv (upstream); False: shared
+        # weight with scaled input and output (batch-size agnostic when traced).
+        self.fused_modconv: bool = True
 
     def __repr__(self) -> str:
         return (f"Ops(fused_leaky_relu={self.fused_leaky_relu.__module__}.{self.fused_leaky_relu.__name__}, "
-                f"upfirdn2d={self.upfirdn2d.__module__}.{self.upfirdn2d.__name__})")
+                f"upfirdn2d={self.upfirdn2d.__module__}.{self.upfirdn2d.__name__}, "
+                f"fused_modconv={self.fused_modconv})")
 
 
 #: Module-level switchboard: ``OPS.fused_leaky_relu`` and ``OPS.upfirdn2d``.
@@ -148,21 +157,27 @@ OPS = _Ops()
 
 
 @contextlib.contextmanager
-def use_ops(fused_leaky_relu: Callable | None = None, upfirdn2d: Callable | None = None) -> Iterator[_Ops]:
-    """Temporarily replace one or both custom ops (same signatures as the plain versions).
+def use_ops(fused_leaky_relu: Callable | None = None, upfirdn2d: Callable | None = None,
+            fused_modconv: bool | None = None) -> Iterator[_Ops]:
+    """Temporarily replace one or both custom ops (same signatures as the plain versions),
+    or choose how modulated convolutions run (``fused_modconv``, see ``ModulatedConv2d``).
 
-    Restores the previous implementations on exit, even after an error.
-    Assigning ``OPS.upfirdn2d = ...`` directly also works, for a permanent swap.
+    Restores the previous settings on exit, even after an error.  The switch is
+    global to the process: do not run models with different settings in
+    parallel threads.  Assigning ``OPS.upfirdn2d = ...`` directly also works, for
+    a permanent swap.
     """
-    saved = (OPS.fused_leaky_relu, OPS.upfirdn2d)
+    saved = (OPS.fused_leaky_relu, OPS.upfirdn2d, OPS.fused_modconv)
     try:
         if fused_leaky_relu is not None:
             OPS.fused_leaky_relu = fused_leaky_relu
         if upfirdn2d is not None:
             OPS.upfirdn2d = upfirdn2d
+        if fused_modconv is not None:
+            OPS.fused_modconv = fused_modconv
         yield OPS
     finally:
-        OPS.fused_leaky_relu, OPS.upfirdn2d = saved
+        OPS.fused_leaky_relu, OPS.upfirdn2d, OPS.fused_modconv = saved
 
 
 # ---------------------------------------------------------------------------
@@ -312,7 +327,9 @@ class ModulatedConv2d(nn.Module):
 
     ``sample_mode`` is None, ``"upsample"`` (transposed conv, stride 2, then blur)
     or ``"downsample"`` (blur, then conv with stride 2).  No bias.  Each sample in
-    the batch gets its own weights, done as one grouped convolution.
+    the batch gets its own weights.  ``OPS.fused_modconv`` picks how: one grouped
+    convolution (upstream, the default) or a shared weight with the modulation
+    moved onto the activations (see ``_forward_shared``).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, num_style_feat: int,
@@ -338,6 +355,15 @@ class ModulatedConv2d(nn.Module):
         self.padding = kernel_size // 2
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        if OPS.fused_modconv:
+            return self._forward_grouped(x, style)
+        return self._forward_shared(x, style)
+
+    def _forward_grouped(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        """Upstream's way: per-sample weights, all samples in one grouped convolution.
+
+        ``groups=b`` is a Python int, so a trace records the batch size it saw.
+        """
         b, c, h, w = x.shape
         k = self.kernel_size
         # modulate: (1, out, in, k, k) * (b, 1, in, 1, 1) -> (b, out, in, k, k)
@@ -361,6 +387,37 @@ class ModulatedConv2d(nn.Module):
         else:
             out = F.conv2d(x.reshape(1, b * c, h, w), weight, padding=self.padding, groups=b)
         return out.reshape(b, self.out_channels, out.shape[2], out.shape[3])
+
+    def _forward_shared(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        """The same math with one shared weight: scale the input, convolve, rescale the output.
+
+        Modulation multiplies input channel ``i`` of every filter by ``s[i]``, which is
+        the same as multiplying the input by ``s`` first; demodulation multiplies
+        output channel ``o`` by a number, which can wait until after the convolution
+        (and the blur, which works per channel).  No shape becomes a Python number,
+        so a trace works for any batch size.  Equal to the grouped form up to
+        floating-point rounding.
+        """
+        b, c = x.shape[0], x.shape[1]
+        s = self.scale * self.modulation(style)  # (b, in)
+        weight = self.weight[0]  # (out, in, k, k)
+        x = x * s.view(b, c, 1, 1)
+        demod = None
+        if self.demodulate:
+            # |w * s|^2 summed over (in, k, k), for every sample and output channel
+            demod = torch.rsqrt(s.pow(2) @ weight.pow(2).sum([2, 3]).t() + self.eps)  # (b, out)
+            demod = demod.view(b, self.out_channels, 1, 1)
+
+        if self.sample_mode == "upsample":
+            out = F.conv_transpose2d(x, weight.transpose(0, 1), padding=0, stride=2)
+            if demod is not None:
+                out = out * demod
+            return self.smooth(out)
+        if self.sample_mode == "downsample":
+            out = F.conv2d(self.smooth(x), weight, padding=0, stride=2)
+        else:
+            out = F.conv2d(x, weight, padding=self.padding)
+        return out * demod if demod is not None else out
 
 
 class StyleConv(nn.Module):
@@ -622,6 +679,7 @@ class GFPGANv1(nn.Module):
         self.input_is_latent = input_is_latent
         self.different_w = different_w
         self.num_style_feat = num_style_feat
+        self.out_size = out_size
 
         # The U-Net is half as wide as the decoder.
         channels = _channels(narrow * 0.5, channel_multiplier)
@@ -732,6 +790,23 @@ class GFPGANv1(nn.Module):
         return image, out_rgbs
 
 
+class GFPGANForDeploy(nn.Module):
+    """GFPGANv1 with its inference options fixed: ``forward(x) -> image``.
+
+    Equal to ``net(x, return_rgb=False, randomize_noise=False)[0]``.  The network
+    itself is not edited, so the same object still trains and still answers the
+    original ``forward`` options; only this wrapper is traced or exported.
+    """
+
+    def __init__(self, net: GFPGANv1):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        image, _ = self.net(x, return_rgb=False, randomize_noise=False)
+        return image
+
+
 # ---------------------------------------------------------------------------
 # Building and loading
 # ---------------------------------------------------------------------------
@@ -759,10 +834,10 @@ def _describe_mismatch(model: nn.Module, state_dict: dict) -> str | None:
             lines.append(f"{len(items)} {title}:")
             lines.extend(f"    {item}" for item in items)
     # A frequent cause: the wrong out_size.  The number of noise maps gives the checkpoint's.
-    n_noise = sum(1 for k in state_dict if k.startswith("stylegan_decoder.noises.noise"))
-    if n_noise:
-        lines.append(f"(the checkpoint looks like out_size={2 ** ((n_noise - 1) // 2 + 2)}; "
-                     f"the model was built with out_size={2 ** model.log_size})")
+    size = checkpoint_out_size(state_dict)
+    if size:
+        lines.append(f"(the checkpoint looks like out_size={size}; "
+                     f"the model was built with out_size={model.out_size})")
     return "\n".join(lines)
 
 
@@ -791,13 +866,21 @@ def build_gfpgan(out_size: int = 256, seed: int = 0, noise_strength: float = 0.1
     return model.eval()
 
 
-def load_gfpgan(path: str | os.PathLike, out_size: int = 512, **kwargs) -> GFPGANv1:
+def checkpoint_out_size(state_dict: dict) -> int | None:
+    """The out_size a GFPGANv1 state_dict was built for, from its number of noise maps (None if none)."""
+    n_noise = sum(1 for k in state_dict if k.startswith("stylegan_decoder.noises.noise"))
+    return 2 ** ((n_noise - 1) // 2 + 2) if n_noise else None
+
+
+def load_gfpgan(path: str | os.PathLike, out_size: int | None = None, **kwargs) -> GFPGANv1:
     """Load a GFPGANv1 checkpoint (such as the released ``GFPGANv1.pth``) strictly, in eval mode.
 
     Reads with ``weights_only=True``; takes ``params_ema`` if present, else
-    ``params`` (a bare state_dict is refused).  Any missing or unexpected key, or
-    wrong shape, raises ``CheckpointMismatchError`` naming them.  ``kwargs``
-    override the architecture (defaults: the released v1 configuration).
+    ``params`` (a bare state_dict is refused).  ``out_size=None`` takes the size
+    the checkpoint was built for (512 for the released file).  Any missing or
+    unexpected key, or wrong shape, raises ``CheckpointMismatchError`` naming
+    them.  ``kwargs`` override the architecture (defaults: the released v1
+    configuration).
     """
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(checkpoint, dict):
@@ -811,6 +894,8 @@ def load_gfpgan(path: str | os.PathLike, out_size: int = 512, **kwargs) -> GFPGA
         keys = ", ".join(repr(k) for k in list(checkpoint)[:20]) or "(none)"
         raise CheckpointMismatchError(f"{path}: no 'params_ema' or 'params' entry; top-level keys: {keys}")
 
+    if out_size is None:
+        out_size = checkpoint_out_size(state_dict) or RELEASED_V1_CONFIG["out_size"]
     model = GFPGANv1(out_size=out_size, **kwargs)
     problem = _describe_mismatch(model, state_dict)
     if problem is not None:
@@ -819,19 +904,33 @@ def load_gfpgan(path: str | os.PathLike, out_size: int = 512, **kwargs) -> GFPGA
     return model.eval()
 
 
-def gfpgan_from_environment(out_size: int = 512) -> tuple[GFPGANv1, str]:
-    """The real GFPGANv1 if ``$GFPGAN_WEIGHTS`` names an existing file, else the seeded random stand-in.
+def weights_path() -> Path | None:
+    """Where the real checkpoint is: ``$GFPGAN_WEIGHTS``, else ``assets/GFPGANv1.pth``, else None."""
+    named = os.environ.get(WEIGHTS_ENV, "").strip()
+    if named:
+        return Path(named)
+    return ASSET_WEIGHTS if ASSET_WEIGHTS.is_file() else None
 
-    Returns ``(model, description)``; the description says in plain words which
-    one it is, for notebooks to print.
+
+def gfpgan_from_environment(out_size: int = 256) -> tuple[GFPGANv1, str]:
+    """The real GFPGANv1 when its checkpoint is available, else the seeded random stand-in.
+
+    The checkpoint is ``$GFPGAN_WEIGHTS`` or ``assets/GFPGANv1.pth``; the real
+    network gets the size the checkpoint was built for (512 for the released
+    file) and ``out_size`` is ignored.  The random stand-in is built at
+    ``out_size``.  Returns ``(model, description)``; the description says in
+    plain words which one it is, for notebooks to print.  A named file that does
+    not exist is not an error (the description says so); one that does not fit
+    raises ``CheckpointMismatchError``.
     """
-    path = os.environ.get(WEIGHTS_ENV, "").strip()
-    if path and Path(path).is_file():
-        return load_gfpgan(path, out_size=out_size), f"GFPGANv1 trained weights from {path} (out_size={out_size})"
-    if path:
+    path = weights_path()
+    if path is not None and path.is_file():
+        model = load_gfpgan(path)
+        return model, f"GFPGANv1 trained weights from {path} (out_size={model.out_size})"
+    if path is not None:
         reason = f"${WEIGHTS_ENV} is set to {path}, but there is no such file"
     else:
-        reason = f"${WEIGHTS_ENV} is not set"
+        reason = f"${WEIGHTS_ENV} is not set and there is no {ASSET_WEIGHTS.name} in assets/"
     description = (f"randomly initialised GFPGANv1 (seed 0, out_size={out_size}) because {reason}: "
                    "same architecture and cost as the real network, but it has not been trained, "
                    "so its output is not a restored face")

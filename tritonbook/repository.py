@@ -57,10 +57,39 @@ def build_affine_onnx(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def build_gfpgan_torchscript(path: Path) -> None:
+    """GFPGANv1 traced for serving: the steps of chapters 2 and 3 in one function.
+
+    The network is the real one when its checkpoint is available
+    (``$GFPGAN_WEIGHTS`` or ``assets/GFPGANv1.pth``), else the seeded random
+    stand-in; which one is written into the file as ``extra/tritonbook.txt``.
+    The trace is of ``GFPGANForDeploy`` (inference options fixed) with the
+    batch-agnostic modulated convolution, checked at a second batch size
+    before it is saved.
+    """
+    import torch
+
+    from tritonbook.gfpgan import GFPGANForDeploy, gfpgan_from_environment, use_ops
+    from tritonbook.images import load_face, to_tensor
+
+    net, description = gfpgan_from_environment()
+    deploy = GFPGANForDeploy(net).eval()
+    face = to_tensor(load_face(net.out_size))
+    with warnings.catch_warnings(), torch.no_grad(), use_ops(fused_modconv=False):
+        warnings.simplefilter("ignore", DeprecationWarning)
+        # The channel split in the SFT layers is a constant of the architecture.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(deploy, face, check_trace=False)
+        pair = torch.cat([face, face.flip(3)])
+        torch.testing.assert_close(traced(pair), deploy(pair), rtol=1e-4, atol=1e-4)
+        torch.jit.save(traced, str(path), _extra_files={"tritonbook.txt": description})
+
+
 # model name -> (file inside the model folder, builder)
 BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "affine_torchscript": ("1/model.pt", build_affine_torchscript),
     "affine_onnx": ("1/model.onnx", build_affine_onnx),
+    "gfpgan": ("1/model.pt", build_gfpgan_torchscript),
 }
 
 
