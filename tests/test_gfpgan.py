@@ -328,3 +328,60 @@ def test_ops_can_be_swapped():
         torch.testing.assert_close(block(x), expected)
     assert calls == {"fused_leaky_relu": 2, "upfirdn2d": 2}
     assert gfpgan.OPS.fused_leaky_relu is fused_leaky_relu and gfpgan.OPS.upfirdn2d is upfirdn2d
+
+
+# --- deployment forms (chapters 2 and 3) -------------------------------------
+
+def test_deploy_wrapper_equals_the_inference_call_exactly():
+    net = build_gfpgan(out_size=32, seed=3)
+    x = torch.rand(2, 3, 32, 32) * 2 - 1
+    with torch.no_grad():
+        expected, _ = net(x, return_rgb=False, randomize_noise=False)
+        assert torch.equal(gfpgan.GFPGANForDeploy(net)(x), expected)
+
+
+def test_shared_weight_modconv_equals_grouped_to_rounding():
+    net = gfpgan.GFPGANForDeploy(build_gfpgan(out_size=32, seed=4))
+    x = torch.rand(3, 3, 32, 32) * 2 - 1
+    with torch.no_grad():
+        grouped = net(x)
+        with gfpgan.use_ops(fused_modconv=False) as ops:
+            assert ops.fused_modconv is False
+            shared = net(x)
+    assert gfpgan.OPS.fused_modconv is True  # restored
+    assert not torch.equal(shared, grouped)  # different arithmetic order...
+    torch.testing.assert_close(shared, grouped, rtol=1e-4, atol=1e-4)  # ...same values
+
+
+def test_grouped_trace_bakes_in_the_batch_and_shared_trace_does_not():
+    import warnings
+
+    net = gfpgan.GFPGANForDeploy(build_gfpgan(out_size=32, seed=5)).eval()
+    one, three = torch.rand(1, 3, 32, 32), torch.rand(3, 3, 32, 32)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grouped = torch.jit.trace(net, one, check_trace=False)
+        with pytest.raises(RuntimeError, match="groups=1"):
+            grouped(three)
+        with gfpgan.use_ops(fused_modconv=False):
+            shared = torch.jit.trace(net, one, check_trace=False)
+        torch.testing.assert_close(shared(three), net(three), rtol=1e-4, atol=1e-4)
+
+
+def test_torchscript_builder_writes_a_batch_agnostic_file(tmp_path, monkeypatch):
+    from tritonbook import repository
+
+    monkeypatch.delenv(gfpgan.WEIGHTS_ENV, raising=False)
+    monkeypatch.setattr(gfpgan, "ASSET_WEIGHTS", tmp_path / "absent.pth")
+    built = repository.ensure_model_files(["gfpgan"], repository=tmp_path)
+    assert built == [tmp_path / "gfpgan" / "1" / "model.pt"]
+    assert not list(tmp_path.rglob("*.partial"))
+    extra = {"tritonbook.txt": ""}
+    with pytest.warns(DeprecationWarning):
+        loaded = torch.jit.load(str(built[0]), _extra_files=extra)
+    assert b"randomly initialised" in extra["tritonbook.txt"]
+    x = torch.rand(2, 3, 256, 256) * 2 - 1
+    with torch.no_grad():
+        reference = gfpgan.GFPGANForDeploy(build_gfpgan(out_size=256, seed=0))(x)
+        torch.testing.assert_close(loaded(x), reference, rtol=1e-4, atol=1e-4)
+    assert repository.ensure_model_files(["gfpgan"], repository=tmp_path) == []  # present: not rebuilt

@@ -112,28 +112,27 @@ def upfirdn2d(x: torch.Tensor, kernel: torch.Tensor, up: int = 1, down: int = 1,
     pad0, pad1 = int(pad[0]), int(pad[1])
     n, c, h, w = x.shape
     kh, kw = kernel.shape
-    # Treat every channel as its own single-channel image.
-    out = x.reshape(n * c, 1, h, w)
+    out = x
 
-    # 1. zero insertion: (B, 1, h, 1, w, 1) padded to (B, 1, h, up, w, up).
+    # 1. zero insertion: view as (n, c, h, 1, w, 1), pad to (n, c, h, up, w, up).
     if up > 1:
-        out = out.reshape(n * c, 1, h, 1, w, 1)
+        out = out.reshape(n, c, h, 1, w, 1)
         out = F.pad(out, [0, up - 1, 0, 0, 0, up - 1])
-        out = out.reshape(n * c, 1, h * up, w * up)
+        out = out.reshape(n, c, h * up, w * up)
 
-    # 2. padding: F.pad takes the last dimension first; it also crops on
-    #    negative values, but only the positive parts are needed here and
-    #    explicit slicing keeps the crop obvious.
+    # 2. padding: F.pad takes the last dimension first; negative pads are
+    #    done as an explicit crop, which keeps them obvious.
     out = F.pad(out, [max(pad0, 0), max(pad1, 0), max(pad0, 0), max(pad1, 0)])
     height, width = out.shape[2], out.shape[3]
     out = out[:, :, max(-pad0, 0): height - max(-pad1, 0), max(-pad0, 0): width - max(-pad1, 0)]
 
-    # 3 + 4. conv2d correlates, so flip the kernel for a true convolution;
-    #        the stride does the downsampling.
-    weight = torch.flip(kernel, [0, 1]).reshape(1, 1, kh, kw).to(dtype=out.dtype, device=out.device)
-    out = F.conv2d(out, weight, stride=down)
-
-    return out.reshape(n, c, out.shape[2], out.shape[3])
+    # 3 + 4. one depthwise convolution filters every channel with the same kernel
+    #        (groups=c: the channel count is fixed by the architecture). conv2d
+    #        correlates, so the kernel is flipped for a true convolution; the
+    #        stride does the downsampling.
+    weight = torch.flip(kernel, [0, 1]).to(dtype=out.dtype, device=out.device)
+    weight = weight.reshape(1, 1, kh, kw).expand(c, 1, kh, kw)
+    return F.conv2d(out, weight, stride=down, groups=c)
 
 
 class _Ops:
