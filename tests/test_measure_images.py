@@ -44,6 +44,7 @@ def test_face_round_trip():
     assert face.shape == (256, 256, 3) and face.dtype == np.uint8
     tensor = images.to_tensor(face)
     assert tensor.shape == (1, 3, 256, 256) and -1 <= tensor.min() and tensor.max() <= 1
+    assert tensor.is_contiguous()
     assert np.array_equal(images.to_image(tensor), face)
     assert images.load_face(512).shape == (512, 512, 3)
     with pytest.raises(FileNotFoundError, match="sizes available: \\[256, 512\\]"):

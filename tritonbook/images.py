@@ -36,7 +36,8 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected an RGB uint8 image of shape (H, W, 3), got {image.dtype} {image.shape}")
     tensor = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()
-    return (tensor / 127.5 - 1.0).unsqueeze(0)
+    # Contiguous NCHW, as a server would pass it: compiled models (AOTInductor) assume it.
+    return (tensor / 127.5 - 1.0).unsqueeze(0).contiguous()
 
 
 def to_image(tensor: torch.Tensor) -> np.ndarray:
