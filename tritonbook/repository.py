@@ -85,11 +85,38 @@ def build_gfpgan_torchscript(path: Path) -> None:
         torch.jit.save(traced, str(path), _extra_files={"tritonbook.txt": description})
 
 
+def build_srcnn_onnx(path: Path) -> None:
+    """SRCNN with a dynamic factor as ONNX: the modern path of chapter 4.
+
+    The multi-scale weights from ``assets/``, the ``tritonbook::resize_bicubic`` custom
+    operator translated to an ONNX ``Resize`` whose ``scales`` is the graph input
+    ``factor``, and dynamic image height and width. One file, no external data.
+    """
+    import logging
+
+    import torch
+
+    from tritonbook import srcnn
+
+    # The exporter logs that torchvision's operators are not registered: not used here.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    model = srcnn.load_srcnn_checkpoint(srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp())
+    example = torch.zeros(1, 3, 32, 48)
+    height, width = torch.export.Dim("height", min=4), torch.export.Dim("width", min=4)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (example, srcnn.scales_tensor(3)), str(path), dynamo=True,
+                          custom_translation_table=srcnn.TRANSLATION_TABLE, external_data=False,
+                          dynamic_shapes=({2: height, 3: width}, None),
+                          input_names=["input", "factor"], output_names=["output"], verbose=False)
+
+
 # model name -> (file inside the model folder, builder)
 BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "affine_torchscript": ("1/model.pt", build_affine_torchscript),
     "affine_onnx": ("1/model.onnx", build_affine_onnx),
     "gfpgan": ("1/model.pt", build_gfpgan_torchscript),
+    "srcnn": ("1/model.onnx", build_srcnn_onnx),
 }
 
 
