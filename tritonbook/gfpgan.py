@@ -40,6 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tritonbook.checkpoints import state_dict_mismatch
+from tritonbook.images import ASSETS
+
 __all__ = [
     "OPS",
     "use_ops",
@@ -74,7 +77,7 @@ RELEASED_V1_CONFIG = dict(
 # Environment variable that may name a real checkpoint (see gfpgan_from_environment).
 WEIGHTS_ENV = "GFPGAN_WEIGHTS"
 # Where a reader may drop the released checkpoint instead (never committed).
-ASSET_WEIGHTS = Path(__file__).resolve().parent.parent / "assets" / "GFPGANv1.pth"
+ASSET_WEIGHTS = ASSETS / "GFPGANv1.pth"
 
 
 # ---------------------------------------------------------------------------
@@ -816,14 +819,7 @@ class CheckpointMismatchError(RuntimeError):
 
 def _describe_mismatch(model: nn.Module, state_dict: dict) -> str | None:
     """A readable report of missing/unexpected keys and shape mismatches, or None if all match."""
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in expected]
-    wrong_shape = [
-        f"{k}: checkpoint {tuple(state_dict[k].shape)}, model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in state_dict and tuple(getattr(state_dict[k], "shape", ())) != tuple(v.shape)
-    ]
+    missing, unexpected, wrong_shape = state_dict_mismatch(model.state_dict(), state_dict)
     if not (missing or unexpected or wrong_shape):
         return None
     lines = []

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from tritonbook.checkpoints import state_dict_mismatch
+from tritonbook.images import ASSETS
 
 __all__ = [
     "SRCNN", "SRCNNStatic", "SRCNNItem", "SRCNNFunction", "SRCNNCustomOp", "VARIANTS",
@@ -190,7 +192,6 @@ VARIANTS = {
 
 CHECKPOINT_PREFIX = "generator."
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 # The book's own weights (tritonbook.train_srcnn; assets/README.md says how they were made).
 WEIGHTS_X3 = ASSETS / "srcnn_x3.pth"
 WEIGHTS_MULTISCALE = ASSETS / "srcnn_multiscale.pth"
@@ -201,14 +202,7 @@ class SRCNNCheckpointError(RuntimeError):
 
 
 def _mismatch_report(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> str | None:
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in expected]
-    wrong_shape = [
-        f"{k}: checkpoint {tuple(getattr(state_dict[k], 'shape', ()))}, model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in state_dict and tuple(getattr(state_dict[k], "shape", ())) != tuple(v.shape)
-    ]
+    missing, unexpected, wrong_shape = state_dict_mismatch(model.state_dict(), state_dict)
     if not (missing or unexpected or wrong_shape):
         return None
     lines = []
