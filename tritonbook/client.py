@@ -36,3 +36,19 @@ def infer(triton, model: str, inputs: dict[str, np.ndarray], outputs: list[str],
     wanted = [module.InferRequestedOutput(name) for name in outputs]
     result = client.infer(model, request, outputs=wanted, **kwargs)
     return {name: result.as_numpy(name) for name in outputs}
+
+
+def server_answer(exc: BaseException) -> str:
+    """The server's own error message, for printing: no client traceback, and no
+    Python stack of a python-backend model (the stand-ins add one after "At:")."""
+    from tritonclient.utils import InferenceServerException
+
+    from tritonbook.server import TritonServerError
+
+    if isinstance(exc, InferenceServerException):
+        text = exc.message() or str(exc)
+    elif isinstance(exc, TritonServerError):
+        text = exc.reason
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text.split("\n\nAt:\n")[0].strip()

@@ -85,10 +85,10 @@ def build_gfpgan_torchscript(path: Path) -> None:
         torch.jit.save(traced, str(path), _extra_files={"tritonbook.txt": description})
 
 
-def build_srcnn_onnx(path: Path) -> None:
+def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
     """SRCNN with a dynamic factor as ONNX: the modern path of chapter 4.
 
-    The multi-scale weights from ``assets/``, the ``tritonbook::resize_bicubic`` custom
+    The multi-scale weights from ``assets/`` (or ``weights``), the ``tritonbook::resize_bicubic`` custom
     operator translated to an ONNX ``Resize`` whose ``scales`` is the graph input
     ``factor``, and dynamic image height and width. One file, no external data.
     """
@@ -100,7 +100,7 @@ def build_srcnn_onnx(path: Path) -> None:
 
     # The exporter logs that torchvision's operators are not registered: not used here.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-    model = srcnn.load_srcnn_checkpoint(srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp())
+    model = srcnn.load_srcnn_checkpoint(weights or srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp())
     example = torch.zeros(1, 3, 32, 48)
     height, width = torch.export.Dim("height", min=4), torch.export.Dim("width", min=4)
     with warnings.catch_warnings(), torch.no_grad():
@@ -111,18 +111,44 @@ def build_srcnn_onnx(path: Path) -> None:
                           input_names=["input", "factor"], output_names=["output"], verbose=False)
 
 
-# model name -> (file inside the model folder, builder)
-BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
-    "affine_torchscript": ("1/model.pt", build_affine_torchscript),
-    "affine_onnx": ("1/model.onnx", build_affine_onnx),
-    "gfpgan": ("1/model.pt", build_gfpgan_torchscript),
-    "srcnn": ("1/model.onnx", build_srcnn_onnx),
+def build_srcnn_x3_onnx(path: Path) -> None:
+    """The same dynamic SRCNN export, from the weights trained at x3 only (an older model)."""
+    from tritonbook import srcnn
+
+    build_srcnn_onnx(path, weights=srcnn.WEIGHTS_X3)
+
+
+def link_to(model: str, relative: str) -> Callable[[Path], None]:
+    """A builder that makes a model file a relative link to another model's file.
+
+    Several configs can serve one network (chapter 5 serves GFPGAN three ways):
+    they share one file instead of copies of 275 MiB. The link is relative and stays
+    inside the repository, so it also resolves in the container, which mounts the
+    repository folder. The other model's file is built first when missing.
+    """
+
+    def build(path: Path) -> None:
+        # path is <repository>/<this model>/<version>/<file>(.partial)
+        repository = path.parents[2]
+        ensure_model_files([model], repository)
+        target = repository / model / relative
+        path.symlink_to(os.path.relpath(target, path.parent))
+
+    build.target = (model, relative)  # what the link points to, for readers and tests
+    return build
+
+
+# model name -> [(file inside the model folder, builder), ...]
+BUILDERS: dict[str, list[tuple[str, Callable[[Path], None]]]] = {
+    "affine_torchscript": [("1/model.pt", build_affine_torchscript)],
+    "affine_onnx": [("1/model.onnx", build_affine_onnx)],
+    "gfpgan": [("1/model.pt", build_gfpgan_torchscript)],
+    "gfpgan_static": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
+    "gfpgan_batched": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
+    "srcnn": [("1/model.onnx", build_srcnn_onnx)],
+    # Two versions of one model: x3-only weights (1), then multi-scale weights (2).
+    "srcnn_versions": [("1/model.onnx", build_srcnn_x3_onnx), ("2/model.onnx", build_srcnn_onnx)],
 }
-
-
-def register(model: str, relative_path: str, builder: Callable[[Path], None]) -> None:
-    """Add a generated model file (chapters register theirs as they come)."""
-    BUILDERS[model] = (relative_path, builder)
 
 
 def model_names(repository: str | os.PathLike = REPOSITORY) -> list[str]:
@@ -135,19 +161,106 @@ def ensure_model_files(
     repository: str | os.PathLike = REPOSITORY,
     rebuild: bool = False,
 ) -> list[Path]:
-    """Build every missing generated model file (or the named ones); return what was built."""
+    """Build every missing generated model file (or the named models'); return what was built."""
     repository = Path(repository)
     built = []
     for model in BUILDERS if models is None else models:
-        if model not in BUILDERS:
-            continue  # a model with nothing to generate (a python model, an ensemble)
-        relative, builder = BUILDERS[model]
-        path = repository / model / relative
-        if path.exists() and not rebuild:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        builder(partial)
-        partial.replace(path)  # never leave a half-written model file behind
-        built.append(path)
+        for relative, builder in BUILDERS.get(model, ()):  # none: a python model, an ensemble
+            path = repository / model / relative
+            if path.exists() and not rebuild:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            partial.unlink(missing_ok=True)
+            builder(partial)
+            partial.replace(path)  # never leave a half-written model file behind
+            built.append(path)
     return built
+
+
+def read_config(model: str, repository: str | os.PathLike = REPOSITORY) -> dict:
+    """A model's config.pbtxt, parsed with Triton's own schema, in the JSON form that the
+    server reports and the load API accepts (64-bit numbers as numbers, not strings)."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    text = (Path(repository) / model / "config.pbtxt").read_text()
+    message = text_format.Parse(text, model_config_pb2.ModelConfig())
+    config = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    _int64_as_numbers(config, message.DESCRIPTOR)
+    return config
+
+
+def _int64_as_numbers(data: dict, descriptor) -> None:
+    """Protobuf's JSON writes 64-bit integers as strings; make them numbers again."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    wide = {F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64}
+    for field in descriptor.fields:
+        if field.name not in data:
+            continue
+        value = data[field.name]
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            entry = field.message_type.fields_by_name["value"]
+            for key in value:
+                if entry.message_type is not None:
+                    _int64_as_numbers(value[key], entry.message_type)
+                elif entry.type in wide:
+                    value[key] = int(value[key])
+        elif field.message_type is not None:
+            for item in value if field.is_repeated else [value]:
+                _int64_as_numbers(item, field.message_type)
+        elif field.type in wide:
+            data[field.name] = [int(v) for v in value] if field.is_repeated else int(value)
+
+
+def gfpgan_out_size(path: str | os.PathLike) -> int:
+    """The image size a GFPGAN TorchScript file was traced for (from its description)."""
+    import re
+    import zipfile
+
+    # A TorchScript file is a zip archive; extra files sit in <archive>/extra/.
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist() if n.endswith("/extra/tritonbook.txt")]
+        text = archive.read(names[0]).decode() if names else ""
+    found = re.search(r"out_size=(\d+)", text)
+    if found is None:
+        raise ValueError(f"{path} has no tritonbook description; rebuild it with ensure_model_files")
+    return int(found.group(1))
+
+
+def tree(repository: str | os.PathLike = REPOSITORY, models: Iterable[str] | None = None) -> str:
+    """The repository as Triton reads it: model folders, their config and version folders.
+
+    Files show their size; links show where they point. ``models`` limits the listing.
+    """
+    repository = Path(repository)
+    wanted = model_names(repository) if models is None else list(models)
+    lines = [f"{repository.name}/"]
+
+    def walk(folder: Path, prefix: str) -> None:
+        entries = sorted(p for p in folder.iterdir() if p.name != "__pycache__" and not p.name.endswith(".partial"))
+        for i, entry in enumerate(entries):
+            last = i == len(entries) - 1
+            branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
+            if entry.is_symlink():
+                lines.append(f"{prefix}{branch}{entry.name} -> {os.readlink(entry)}")
+            elif entry.is_dir():
+                lines.append(f"{prefix}{branch}{entry.name}/")
+                walk(entry, prefix + extension)
+            else:
+                lines.append(f"{prefix}{branch}{entry.name}  ({_size(entry.stat().st_size)})")
+
+    for i, model in enumerate(wanted):
+        last = i == len(wanted) - 1
+        lines.append(f"{'└── ' if last else '├── '}{model}/")
+        walk(repository / model, "    " if last else "│   ")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024**2:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 1024**2:.1f} MiB"

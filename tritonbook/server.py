@@ -45,7 +45,14 @@ EMBEDDED_ID = "tritonbook-embedded"
 
 
 class TritonServerError(RuntimeError):
-    """The server did not start, or a model did not load. Carries the server log's tail."""
+    """The server did not start, or a model did not load. Carries the server log's tail.
+
+    ``reason`` is the server's own answer alone, without the log.
+    """
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 @dataclass
@@ -128,7 +135,8 @@ class Triton:
         try:
             self.http().load_model(model, config=config)
         except InferenceServerException as exc:
-            raise TritonServerError(self._explain(f"loading model '{model}' failed: {exc.message()}")) from None
+            reason = f"loading model '{model}' failed: {exc.message()}"
+            raise TritonServerError(self._explain(reason), reason) from None
 
     def unload(self, model: str, wait: float = 30.0) -> None:
         """Unload a model and wait until the server reports it gone."""

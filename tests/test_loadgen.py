@@ -1,0 +1,92 @@
+"""The load generator against a real embedded server, on the small affine models."""
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tritonbook import loadgen, repository
+
+X = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+
+@pytest.fixture(scope="module")
+def triton(book_server):
+    book_server.load("affine_torchscript")
+    yield book_server
+    book_server.unload("affine_torchscript")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_run_counts_every_request(triton, protocol, concurrency):
+    result = loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"],
+                         concurrency=concurrency, requests=12, protocol=protocol,
+                         expected={"output__0": 2 * X + 1})
+    assert result.requests == 12 and result.batch == 2 and result.concurrency == concurrency
+    assert all(latency > 0 for latency in result.latencies)
+    assert result.throughput == pytest.approx(12 * 2 / result.wall)
+    q1, q3 = result.quartiles
+    assert q1 <= result.median <= q3 <= result.percentile(90) + 1e-12
+    assert f"concurrency {concurrency}, batch 2" in str(result)
+
+
+def test_a_wrong_answer_fails_the_run(triton):
+    with pytest.raises(AssertionError, match="affine_torchscript output output__0 under load"):
+        loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=2,
+                    requests=4, expected={"output__0": 2 * X})
+
+
+def test_a_server_error_is_raised_not_hung(triton):
+    with pytest.raises(InferenceServerException, match="unexpected inference input 'nope'"):
+        loadgen.run(triton, "affine_torchscript", {"nope": X}, ["output__0"], concurrency=2, requests=4)
+
+
+def test_bad_arguments(triton):
+    with pytest.raises(ValueError, match="concurrency"):
+        loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=0)
+    with pytest.raises(ValueError, match="cannot keep 4 workers busy"):
+        loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=4, requests=2)
+    with pytest.raises(ValueError, match="protocol"):
+        loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], protocol="udp")
+
+
+def test_sweep_table_and_statistics(triton):
+    before = loadgen.executions_by_batch_size(triton, "affine_torchscript")
+    results = loadgen.sweep(triton, "affine_torchscript", {"input__0": X}, ["output__0"], [1, 2],
+                            requests_per_worker=3, min_requests=5, progress=False, warmup=0)
+    assert [r.requests for r in results] == [5, 6]
+    table = loadgen.results_table(results)
+    assert list(table["concurrency"]) == [1, 2] and (table["infer/s"] > 0).all()
+    after = loadgen.executions_by_batch_size(triton, "affine_torchscript")
+    # No dynamic batching: each request of two rows is one execution of batch size 2.
+    assert after.get(2, 0) - before.get(2, 0) == 11
+    stats = loadgen.statistics_table(triton, ["affine_torchscript"])
+    assert stats.loc[0, "requests"] >= 22 and stats.loc[0, "failed"] == 0
+    assert stats.loc[0, "compute_infer ms"] > 0
+
+
+def test_plot_sweeps_draws_both_panels(triton):
+    results = loadgen.sweep(triton, "affine_torchscript", {"input__0": X}, ["output__0"], [1, 2],
+                            requests_per_worker=2, progress=False)
+    fig = loadgen.plot_sweeps({"affine": results}, "test")
+    left, right = fig.axes
+    assert len(left.lines) == 1 and list(left.lines[0].get_xdata()) == [1, 2]
+    assert right.get_ylabel().startswith("latency")
+
+
+def test_perf_analyzer_command():
+    face = np.zeros((1, 3, 256, 256), np.float32)
+    command = loadgen.perf_analyzer_command("gfpgan_batched", {"input__0": face}, [1, 2, 4, 8])
+    assert "-m gfpgan_batched" in command and "--shape input__0:3,256,256" in command
+    assert "-b 1" in command and "--concurrency-range 1:8:1" in command
+    evenly = loadgen.perf_analyzer_command("srcnn", {"input": face}, [2, 4, 6], protocol="http",
+                                           url="127.0.0.1:8000", batched=False)
+    assert "--concurrency-range 2:6:2" in evenly and "--shape input:1,3,256,256" in evenly
+    assert "-b " not in evenly and "-i http" in evenly
+
+
+def test_read_config_gives_integer_dims():
+    config = repository.read_config("gfpgan_batched")
+    assert config["input"][0]["dims"] == [3, 256, 256]
+    assert config["max_batch_size"] == 8
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 2000

@@ -1,0 +1,100 @@
+"""The model repository helpers: builders, links between models, configs, the tree view."""
+
+import os
+import warnings
+
+import pytest
+import torch
+from tritonclient.utils import InferenceServerException
+
+from tritonbook import repository
+from tritonbook.client import server_answer
+from tritonbook.server import TritonServerError
+
+
+def test_a_linked_model_builds_its_target_first(tmp_path):
+    (tmp_path / "affine_torchscript").mkdir()
+    link = tmp_path / "copy" / "1" / "model.pt"
+    link.parent.mkdir(parents=True)
+    repository.link_to("affine_torchscript", "1/model.pt")(link)
+    target = tmp_path / "affine_torchscript" / "1" / "model.pt"
+    assert target.is_file() and link.is_symlink()
+    # Relative, so it resolves wherever the repository is mounted.
+    assert os.readlink(link) == "../../affine_torchscript/1/model.pt"
+    assert link.resolve() == target.resolve()
+
+
+def test_every_linked_model_points_at_a_built_file():
+    links = {model: builder.target for model, files in repository.BUILDERS.items()
+             for _, builder in files if hasattr(builder, "target")}
+    assert set(links) == {"gfpgan_static", "gfpgan_batched"}
+    for target_model, relative in links.values():
+        assert relative in dict(repository.BUILDERS[target_model])
+
+
+def test_ensure_model_files_builds_every_version(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setitem(repository.BUILDERS, "two_versions", [
+        ("1/model.bin", lambda path: (calls.append(1), path.write_bytes(b"one"))),
+        ("2/model.bin", lambda path: (calls.append(2), path.write_bytes(b"two"))),
+    ])
+    built = repository.ensure_model_files(["two_versions"], tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in built] == ["two_versions/1/model.bin", "two_versions/2/model.bin"]
+    assert (tmp_path / "two_versions" / "2" / "model.bin").read_bytes() == b"two"
+    assert repository.ensure_model_files(["two_versions"], tmp_path) == []  # present: not rebuilt
+    assert not list(tmp_path.rglob("*.partial"))
+    assert calls == [1, 2]
+
+
+def test_srcnn_versions_use_different_weights():
+    builders = dict(repository.BUILDERS["srcnn_versions"])
+    assert builders["1/model.onnx"] is repository.build_srcnn_x3_onnx
+    assert builders["2/model.onnx"] is repository.build_srcnn_onnx
+
+
+def test_read_config_keeps_strings_and_makes_numbers(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 8 ] } ]\n'
+        'output [ { name: "y", data_type: TYPE_FP32, dims: [ 8 ] } ]\n'
+        'parameters { key: "THREADS" value: { string_value: "1" } }\n'
+        'version_policy: { specific: { versions: [ 1, 3 ] } }\n')
+    config = repository.read_config("m", tmp_path)
+    assert config["input"][0]["dims"] == [-1, 8]
+    assert config["version_policy"]["specific"]["versions"] == [1, 3]
+    assert config["parameters"]["THREADS"] == {"string_value": "1"}  # a string stays a string
+
+
+def test_tree_shows_links_and_versions():
+    text = repository.tree(models=["gfpgan_static", "srcnn_versions"])
+    assert text.splitlines()[0] == "model_repository/"
+    assert "model.pt -> ../../gfpgan/1/model.pt" in text
+    assert "│   ├── 1/" in text or "    ├── 1/" in text
+    assert "2/" in text and "config.pbtxt" in text
+
+
+def test_gfpgan_out_size_reads_the_description(tmp_path):
+    class Tiny(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        scripted = torch.jit.script(Tiny())
+        torch.jit.save(scripted, str(tmp_path / "described.pt"),
+                       _extra_files={"tritonbook.txt": "random GFPGANv1 (seed 0, out_size=128)"})
+        torch.jit.save(scripted, str(tmp_path / "bare.pt"))
+    assert repository.gfpgan_out_size(tmp_path / "described.pt") == 128
+    with pytest.raises(ValueError, match="no tritonbook description"):
+        repository.gfpgan_out_size(tmp_path / "bare.pt")
+
+
+def test_server_answer_drops_the_python_stack():
+    load_error = TritonServerError(
+        "loading failed: boom\n--- server log (last lines) ---\n...",
+        "loading failed: Internal: TritonModelException: boom\n\nAt:\n  /tmp/x/model.py(1): initialize\n")
+    assert server_answer(load_error) == "loading failed: Internal: TritonModelException: boom"
+    assert server_answer(InferenceServerException("unexpected shape")) == "unexpected shape"
+    assert server_answer(ValueError("bad")) == "ValueError: bad"
