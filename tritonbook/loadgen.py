@@ -117,20 +117,24 @@ class _Worker:
 def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str], *,
         concurrency: int = 1, requests: int | None = None, protocol: str = "grpc",
         warmup: int = 1, timeout: float = 300.0, expected: dict[str, np.ndarray] | None = None,
-        rtol: float = 1e-4, atol: float = 1e-4) -> LoadResult:
+        rtol: float = 1e-4, atol: float = 1e-4, batch: int | None = None) -> LoadResult:
     """Send ``requests`` requests (default: 4 per worker) with ``concurrency`` in flight.
 
     Every worker first sends ``warmup`` untimed requests. With ``expected``, every
     answer is compared with it (``np.testing.assert_allclose``), so a fast wrong
     answer cannot pass as a measurement. The first error stops all workers and is
     raised here; a request that takes longer than ``timeout`` seconds is an error.
+    ``batch`` is how many inferences one request counts for in the throughput: by
+    default the first dimension of the first input (right for ``max_batch_size > 0``;
+    pass 1 for a model that takes one image of any shape).
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     total = 4 * concurrency if requests is None else requests
     if total < concurrency:
         raise ValueError(f"{total} requests cannot keep {concurrency} workers busy")
-    batch = int(next(iter(inputs.values())).shape[0])
+    if batch is None:
+        batch = int(next(iter(inputs.values())).shape[0])
 
     workers = [_Worker(triton, model, inputs, outputs, protocol, timeout) for _ in range(concurrency)]
     latencies: list[float] = []
