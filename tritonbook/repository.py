@@ -111,6 +111,19 @@ def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
                           input_names=["input", "factor"], output_names=["output"], verbose=False)
 
 
+def build_face_passthrough(path: Path) -> None:
+    """A TorchScript network that returns a copy of its input (chapter 6's zero-cost network)."""
+    import torch
+
+    class Passthrough(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(Passthrough()), str(path))
+
+
 def build_srcnn_x3_onnx(path: Path) -> None:
     """The same dynamic SRCNN export, from the weights trained at x3 only (an older model)."""
     from tritonbook import srcnn
@@ -146,6 +159,7 @@ BUILDERS: dict[str, list[tuple[str, Callable[[Path], None]]]] = {
     "gfpgan_static": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
     "gfpgan_batched": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
     "srcnn": [("1/model.onnx", build_srcnn_onnx)],
+    "face_passthrough": [("1/model.pt", build_face_passthrough)],
     # Two versions of one model: x3-only weights (1), then multi-scale weights (2).
     "srcnn_versions": [("1/model.onnx", build_srcnn_x3_onnx), ("2/model.onnx", build_srcnn_onnx)],
 }
