@@ -26,6 +26,13 @@ def infer(triton, model: str, inputs: dict[str, np.ndarray], outputs: list[str],
         client = triton.grpc()
     else:
         raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+    wanted = [module.InferRequestedOutput(name) for name in outputs]
+    result = client.infer(model, request_inputs(module, inputs), outputs=wanted, **kwargs)
+    return {name: result.as_numpy(name) for name in outputs}
+
+
+def request_inputs(module, inputs: dict[str, np.ndarray]) -> list:
+    """``InferInput`` objects of ``module`` (tritonclient.http or .grpc) holding the arrays."""
     from tritonclient.utils import np_to_triton_dtype
 
     request = []
@@ -33,9 +40,7 @@ def infer(triton, model: str, inputs: dict[str, np.ndarray], outputs: list[str],
         tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(array)
         request.append(tensor)
-    wanted = [module.InferRequestedOutput(name) for name in outputs]
-    result = client.infer(model, request, outputs=wanted, **kwargs)
-    return {name: result.as_numpy(name) for name in outputs}
+    return request
 
 
 def server_answer(exc: BaseException) -> str:

@@ -78,7 +78,7 @@ class _Worker:
     """One client and one prepared request, reused for every request this worker sends."""
 
     def __init__(self, triton, model, inputs, outputs, protocol, timeout):
-        from tritonclient.utils import np_to_triton_dtype
+        from tritonbook.client import request_inputs
 
         if protocol == "http":
             import tritonclient.http as module
@@ -95,11 +95,7 @@ class _Worker:
         else:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
         self.model = model
-        self.inputs = []
-        for name, array in inputs.items():
-            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            self.inputs.append(tensor)
+        self.inputs = request_inputs(module, inputs)
         self.outputs = [module.InferRequestedOutput(name) for name in outputs]
         self.output_names = list(outputs)
 

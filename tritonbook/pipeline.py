@@ -107,10 +107,10 @@ def feather_mask(size: int) -> np.ndarray:
 
 def paste_faces(image: np.ndarray, faces: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     """The image with each restored face (float (n, 3, S, S) in [-1, 1]) blended back in."""
-    height, width = image.shape[:2]
-    result = image.astype(np.float32)
     if len(boxes) == 0:
         return image.copy()
+    height, width = image.shape[:2]
+    result = image.astype(np.float32)
     size = faces.shape[-1]
     mask = feather_mask(size)
     for face, box in zip(faces, boxes):
@@ -189,8 +189,7 @@ def face_size(args: dict) -> int:
 
     from tritonbook.repository import gfpgan_out_size
 
-    parameters = json.loads(args["model_config"]).get("parameters", {})
-    value = parameters.get("FACE_SIZE", {}).get("string_value", "auto")
+    value = parameter(args, "FACE_SIZE", "auto")
     if value == "auto":
         return gfpgan_out_size(Path(args["model_repository"]).parent / "gfpgan" / "1" / "model.pt")
     return int(value)
