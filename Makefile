@@ -1,6 +1,8 @@
 # Deploying PyTorch on Triton: build, test and serve the book.
 #   make book   execute every notebook against Triton, then build _build/html
-#   make test   unit tests, nbval over notebooks/, and the book build
+#   make test   unit tests, nbval over the notebooks, the book build, and the built
+#               book checked page by page in headless Chromium (screenshots in
+#               _build/screenshots/)
 #   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
 # Set TRITON_URL (and TRITON_GRPC_URL) to run the notebooks against a running
 # server, such as the NGC container from docker/compose.yaml, instead.
@@ -8,7 +10,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-NOTEBOOKS = $(sort $(wildcard notebooks/*.ipynb))
+# The chapters, then the workshop guide, which reads the chapters' run times.
+NOTEBOOKS = $(sort $(wildcard notebooks/*.ipynb)) book/workshop.ipynb
+# Pages photographed by the browser check: the introduction and one page per part.
+SCREENSHOTS = book/intro notebooks/00_environment notebooks/03_trace_parity \
+              notebooks/04_dynamic_onnx_resize notebooks/06_pipelines book/workshop book/troubleshooting
 # Volatile text (ports, paths, timings) that nbval must not compare literally.
 NBVAL = --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
 
@@ -37,8 +43,10 @@ html: venv
 	$(BIN)/jupyter-book build -W --keep-going .
 
 test: venv
-	$(BIN)/python -m pytest tests notebooks $(NBVAL)
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)
 	$(BIN)/jupyter-book build -W --keep-going .
+	$(BIN)/python -m tritonbook.browser _build/html --screenshots _build/screenshots \
+	    $(foreach page,$(SCREENSHOTS),--shoot $(page))
 
 serve: venv
 	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \

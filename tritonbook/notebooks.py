@@ -3,8 +3,10 @@
     python -m tritonbook.notebooks notebooks/*.ipynb
 
 ``make book`` runs this before building the HTML, so the committed notebooks carry the
-outputs of a real run. Each notebook's wall time is stored in its metadata
-(``tritonbook.run_seconds``), where the workshop guide reads it.
+outputs of a real run. Each notebook's wall time, the time the run started and whether it
+succeeded are stored in its metadata (``tritonbook.run_seconds``, ``tritonbook.executed``,
+``tritonbook.succeeded``); the workshop guide builds its schedules from them and the
+book's execution table (``book/_ext/run_times.py``) shows them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -29,12 +32,16 @@ def execute(path: Path, timeout: int = 1800) -> float:
     )
     # This interpreter's kernel, whatever kernelspecs the machine has installed.
     client.kernel_manager_class = _current_env_kernel_manager()
+    executed = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
+    succeeded = False
     try:
         client.execute()
+        succeeded = True
     finally:
         seconds = time.perf_counter() - started
-        notebook.metadata.setdefault("tritonbook", {})["run_seconds"] = round(seconds, 1)
+        notebook.metadata["tritonbook"] = {"run_seconds": round(seconds, 1), "executed": executed,
+                                           "succeeded": succeeded}
         nbformat.write(notebook, path)
     return seconds
 

@@ -1,0 +1,52 @@
+"""Workshop schedules: built from the committed notebooks, and refused when they do not fit."""
+
+import pytest
+
+from tritonbook import workshop
+
+
+@pytest.fixture(scope="module")
+def book():
+    return workshop.chapters()
+
+
+def test_every_chapter_has_a_run_time_and_exercises(book):
+    assert list(book) == sorted(book) and "00_environment" in book
+    for name, chapter in book.items():
+        assert chapter.run_seconds > 0, name
+        if name != "00_environment":
+            assert 2 <= chapter.exercises <= 3, name
+
+
+def test_slot_covers_text_run_and_exercises(book):
+    chapter = book["05_model_repository"]
+    assert chapter.slot_minutes() % 5 == 0
+    assert chapter.slot_minutes() >= chapter.run_seconds / 60 + chapter.exercises * workshop.MINUTES_PER_EXERCISE
+    assert chapter.slot_minutes(1) < chapter.slot_minutes()
+
+
+def test_committed_plans_fit_their_days(book):
+    half = workshop.schedule(workshop.HALF_DAY, book, day_minutes=210)
+    full = workshop.schedule(workshop.FULL_DAY, book, day_minutes=450)
+    assert half["minutes"].sum() <= 210 and full["minutes"].sum() <= 450
+    assert half.index[0] == "09:00" and half.iloc[-1]["what"] == "End"
+    assert sum("exercises" in what for what in full["what"]) == len(book) - 1
+
+
+def test_plan_too_long_is_refused(book):
+    with pytest.raises(workshop.ScheduleError, match="more than the day's 60"):
+        workshop.schedule(workshop.FULL_DAY, book, day_minutes=60)
+
+
+def test_unknown_chapter_is_refused(book):
+    with pytest.raises(workshop.ScheduleError, match="no chapter notebook '07_missing'"):
+        workshop.schedule([("chapter", "07_missing", None)], book)
+
+
+def test_notebook_without_run_time_is_refused(tmp_path):
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 9. Draft")]),
+                   tmp_path / "09_draft.ipynb")
+    with pytest.raises(workshop.ScheduleError, match="09_draft.ipynb has no stored run time"):
+        workshop.chapters(tmp_path)
