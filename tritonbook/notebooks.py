@@ -29,6 +29,9 @@ def execute(path: Path, timeout: int = 1800) -> float:
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
+        # One stream output per name, with carriage returns applied as a terminal would:
+        # a progress bar is stored as its last state, not as one line per update.
+        coalesce_streams=True,
     )
     # This interpreter's kernel, whatever kernelspecs the machine has installed.
     client.kernel_manager_class = _current_env_kernel_manager()
