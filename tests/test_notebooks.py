@@ -1,0 +1,30 @@
+"""The notebook runner behind `make book`: outputs and run metadata written back."""
+
+import nbformat
+import pytest
+
+from tritonbook import notebooks
+
+
+def _notebook(path, *sources):
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path)
+
+
+def test_run_is_stored_with_its_metadata_and_progress_bars_collapsed(tmp_path):
+    path = tmp_path / "progress.ipynb"
+    _notebook(path, "import sys\nfor i in range(3):\n    sys.stderr.write(f'\\rstep {i}')\nsys.stderr.write('\\n')\nprint('done')")
+    seconds = notebooks.execute(path)
+    notebook = nbformat.read(path, as_version=4)
+    run = notebook.metadata["tritonbook"]
+    assert run["succeeded"] is True and run["run_seconds"] == round(seconds, 1) and run["executed"]
+    streams = {o.name: o.text for o in notebook.cells[0].outputs if o.output_type == "stream"}
+    assert streams == {"stderr": "step 2\n", "stdout": "done\n"}
+
+
+def test_failed_run_is_stored_as_failed(tmp_path):
+    path = tmp_path / "fails.ipynb"
+    _notebook(path, "raise ValueError('on purpose')")
+    with pytest.raises(Exception, match="on purpose"):
+        notebooks.execute(path)
+    assert nbformat.read(path, as_version=4).metadata["tritonbook"]["succeeded"] is False
+    assert notebooks.main([str(path)]) == 1
