@@ -33,9 +33,13 @@ class Chapter:
     words: int             # words of text in the markdown cells
     exercises: int
 
+    def exercises_in_slot(self, asked: int | None) -> int:
+        """How many exercises a slot covers: all of them for None, at most the chapter's."""
+        return self.exercises if asked is None else min(asked, self.exercises)
+
     def slot_minutes(self, exercises: int | None = None) -> int:
         """Present + run + ``exercises`` exercises (all of them by default), up to 5 minutes."""
-        exercises = self.exercises if exercises is None else min(exercises, self.exercises)
+        exercises = self.exercises_in_slot(exercises)
         minutes = self.words / WORDS_PER_MINUTE + self.run_seconds / 60 + exercises * MINUTES_PER_EXERCISE
         return 5 * math.ceil(minutes / 5)
 
@@ -81,14 +85,13 @@ def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", 
             if name not in book:
                 raise ScheduleError(f"no chapter notebook {name!r}")
             chapter = book[name]
-            minutes = chapter.slot_minutes(amount)
-            done = min(amount, chapter.exercises) if amount is not None else chapter.exercises
+            done = chapter.exercises_in_slot(amount)
+            minutes = chapter.slot_minutes(done)
             what = f"{chapter.title} ({done} of {chapter.exercises} exercises)" if chapter.exercises else chapter.title
         else:
             minutes, what = amount, name
-        end = clock + timedelta(minutes=minutes)
         rows.append({"start": clock.strftime("%H:%M"), "minutes": minutes, "what": what})
-        clock = end
+        clock += timedelta(minutes=minutes)
     rows.append({"start": clock.strftime("%H:%M"), "minutes": 0, "what": "End"})
     table = pd.DataFrame(rows).set_index("start")
     total = int(table["minutes"].sum())
