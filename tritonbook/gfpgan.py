@@ -133,8 +133,9 @@ def upfirdn2d(x: torch.Tensor, kernel: torch.Tensor, up: int = 1, down: int = 1,
     #        (groups=c: the channel count is fixed by the architecture). conv2d
     #        correlates, so the kernel is flipped for a true convolution; the
     #        stride does the downsampling.
-    weight = torch.flip(kernel, [0, 1]).to(dtype=out.dtype, device=out.device)
-    weight = weight.reshape(1, 1, kh, kw).expand(c, 1, kh, kw)
+    #        The kernel must already be on x's device and dtype: a ``.to(x.device)``
+    #        here would be recorded by torch.jit.trace as a constant device (chapter 3).
+    weight = torch.flip(kernel, [0, 1]).reshape(1, 1, kh, kw).expand(c, 1, kh, kw)
     return F.conv2d(out, weight, stride=down, groups=c)
 
 
@@ -293,14 +294,16 @@ class UpFirDnUpsample(nn.Module):
 
     def __init__(self, resample_kernel, factor: int = 2):
         super().__init__()
-        # A plain attribute, not a buffer: it must not appear in the state_dict.
-        self.kernel = make_resample_kernel(resample_kernel) * factor ** 2
+        # A non-persistent buffer: ``.to(device)``, ``.half()`` and ``map_location`` move
+        # it with the weights, a trace reads it as ``self.kernel`` (no device baked in),
+        # and it stays out of the state_dict, as in the released checkpoints.
+        self.register_buffer("kernel", make_resample_kernel(resample_kernel) * factor ** 2, persistent=False)
         self.factor = factor
         p = self.kernel.shape[0] - factor
         self.pad = ((p + 1) // 2 + factor - 1, p // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return OPS.upfirdn2d(x, self.kernel.to(x), up=self.factor, down=1, pad=self.pad)
+        return OPS.upfirdn2d(x, self.kernel, up=self.factor, down=1, pad=self.pad)
 
 
 class UpFirDnSmooth(nn.Module):
@@ -308,10 +311,10 @@ class UpFirDnSmooth(nn.Module):
 
     def __init__(self, resample_kernel, upsample_factor: int = 1, downsample_factor: int = 1, kernel_size: int = 1):
         super().__init__()
-        self.kernel = make_resample_kernel(resample_kernel)  # plain attribute, see above
-        k = self.kernel.shape[0]
+        kernel = make_resample_kernel(resample_kernel)
+        k = kernel.shape[0]
         if upsample_factor > 1:
-            self.kernel = self.kernel * upsample_factor ** 2
+            kernel = kernel * upsample_factor ** 2
             p = (k - upsample_factor) - (kernel_size - 1)
             self.pad = ((p + 1) // 2 + upsample_factor - 1, p // 2 + 1)
         elif downsample_factor > 1:
@@ -319,9 +322,10 @@ class UpFirDnSmooth(nn.Module):
             self.pad = ((p + 1) // 2, p // 2)
         else:
             raise NotImplementedError("UpFirDnSmooth needs an up- or a downsampling factor above 1")
+        self.register_buffer("kernel", kernel, persistent=False)  # see UpFirDnUpsample
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return OPS.upfirdn2d(x, self.kernel.to(x), up=1, down=1, pad=self.pad)
+        return OPS.upfirdn2d(x, self.kernel, up=1, down=1, pad=self.pad)
 
 
 class ModulatedConv2d(nn.Module):

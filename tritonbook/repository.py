@@ -243,6 +243,31 @@ def gfpgan_out_size(path: str | os.PathLike) -> int:
     return int(found.group(1))
 
 
+def device_constants(path: str | os.PathLike) -> list[str]:
+    """The lines of a TorchScript file's code that name a fixed device.
+
+    A TorchScript file is a zip archive whose ``code/`` folder holds the recorded
+    program as Python-like text. ``torch.jit.trace`` writes any ``.to(x)`` or
+    ``device=x.device`` it ran as a constant such as ``torch.device("cpu")``.
+    ``map_location`` moves weights, not such constants, so a file with any of these
+    lines keeps part of its work on the device it was traced on (chapter 3).
+    Each line is returned as ``<file in the archive>: <line>``.
+    """
+    import re
+    import zipfile
+
+    pattern = re.compile(r"torch\.device\(|\bdevice=")
+    found = []
+    with zipfile.ZipFile(path) as archive:
+        for name in sorted(archive.namelist()):
+            if "/code/" not in name or not name.endswith(".py"):
+                continue
+            for line in archive.read(name).decode().splitlines():
+                if pattern.search(line):
+                    found.append(f"{name.split('/code/', 1)[1]}: {line.strip()}")
+    return found
+
+
 def tree(repository: str | os.PathLike = REPOSITORY, models: Iterable[str] | None = None) -> str:
     """The repository as Triton reads it: model folders, their config and version folders.
 
