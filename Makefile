@@ -3,6 +3,9 @@
 #   make test   unit tests, nbval over the notebooks, the book build, and the built
 #               book checked page by page in headless Chromium (screenshots in
 #               _build/screenshots/)
+#   make test-remote
+#               the notebooks under nbval against a server started separately, the
+#               way they reach the NGC container (TRITON_URL); CI runs it after make test
 #   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
 # Set TRITON_URL (and TRITON_GRPC_URL) to run the notebooks against a running
 # server, such as the NGC container from docker/compose.yaml, instead.
@@ -23,7 +26,7 @@ TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 LOAD ?=
 
-.PHONY: venv book execute html test serve clean
+.PHONY: venv book execute html test test-remote serve clean
 
 venv: $(VENV)/.installed
 
@@ -47,6 +50,12 @@ test: venv
 	$(BIN)/jupyter-book build -W --keep-going .
 	$(BIN)/python -m tritonbook.browser _build/html --screenshots _build/screenshots \
 	    $(foreach page,$(SCREENSHOTS),--shoot $(page))
+
+# One server for every notebook, started before them by tritonbook.serve on free ports:
+# each notebook's server.start() finds TRITON_URL and connects instead of starting one.
+test-remote: venv
+	$(BIN)/python -m tritonbook.serve --http-port 0 --grpc-port 0 --metrics-port 0 \
+	    --run $(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL)
 
 serve: venv
 	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \

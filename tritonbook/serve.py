@@ -1,12 +1,17 @@
 """Run the embedded Triton server in the foreground, like the container does.
 
     python -m tritonbook.serve [--load-model NAME ...]
+    python -m tritonbook.serve --http-port 0 ... --run COMMAND [ARG ...]
 
 Ports default to the container's (8000 HTTP, 8001 gRPC, 8002 metrics), on 127.0.0.1,
-and follow TRITON_HTTP_PORT / TRITON_GRPC_PORT / TRITON_METRICS_PORT. Models are
-loaded only on request (explicit model control): with --load-model, or through the
-repository API, e.g. ``curl -X POST 127.0.0.1:8000/v2/repository/models/NAME/load``.
+and follow TRITON_HTTP_PORT / TRITON_GRPC_PORT / TRITON_METRICS_PORT; 0 takes a free
+port. Models are loaded only on request (explicit model control): with --load-model, or
+through the repository API, e.g. ``curl -X POST 127.0.0.1:8000/v2/repository/models/NAME/load``.
 Ctrl-C stops the server and everything it started.
+
+With --run, the server runs in the background while COMMAND runs with TRITON_URL and
+TRITON_GRPC_URL pointing at it, the way a reader's notebooks reach the NGC container;
+then the server stops, and the exit status is COMMAND's. ``make test-remote`` uses it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -30,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRITON_METRICS_PORT", 8002)))
     parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="COMMAND",
+                        help="run COMMAND against the server, then stop it (must come last)")
     args = parser.parse_args(argv)
+    if args.run is not None and not args.run:
+        parser.error("--run needs a command")
 
     # Generated model files (TorchScript, ONNX) for the models asked for.
     wanted = [m for m in args.load_model if m != "*"]
@@ -43,15 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = EmbeddedTriton(
             args.model_repository,
-            http_port=args.http_port,
-            grpc_port=args.grpc_port,
-            metrics_port=args.metrics_port,
+            # 0 (or None) lets the server module pick free ports.
+            http_port=args.http_port or None,
+            grpc_port=args.grpc_port or None,
+            metrics_port=args.metrics_port or None,
             load_models=args.load_model,
             log_verbose=args.log_verbose,
         )
     except TritonServerError as exc:
         print(exc, file=sys.stderr)
         return 1
+    if args.run is not None:
+        return _run_against(server, args.run)
     try:
         with open(server.log_path, errors="replace") as log:
             print(log.read(), end="", flush=True)
@@ -67,6 +80,26 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         print("Triton stopped.", flush=True)
     return 0 if server.process.returncode in (0, -signal.SIGTERM, None) else 1
+
+
+def _run_against(server: EmbeddedTriton, command: list[str]) -> int:
+    """Run ``command`` with TRITON_URL / TRITON_GRPC_URL set to ``server``, then stop it."""
+    environment = {**os.environ, "TRITON_URL": server.http_url, "TRITON_GRPC_URL": server.grpc_url}
+    print(f"Triton is ready: HTTP http://{server.http_url}  gRPC {server.grpc_url}; running "
+          f"{' '.join(command)}", flush=True)
+    try:
+        returncode = subprocess.call(command, env=environment)
+    except KeyboardInterrupt:
+        returncode = 130
+    finally:
+        alive = server.process.poll() is None
+        server.stop()
+    if not alive:
+        # The command may have passed against a dead server only by luck; say so.
+        print(f"the server exited during the run; its log ends:\n{server.log_tail()}", file=sys.stderr)
+        return returncode or 1
+    print(f"Triton stopped; {' '.join(command[:1])} exited with {returncode}.", flush=True)
+    return returncode
 
 
 def _follow(log, server: EmbeddedTriton) -> None:

@@ -11,6 +11,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 
 from tritonbook import pipeline
+from tritonbook.instance import instance_device
 
 
 class TritonPythonModel:
@@ -20,12 +21,16 @@ class TritonPythonModel:
         # The TorchScript file of the model named by NETWORK, from the same repository.
         network = pipeline.parameter(args, "NETWORK", "gfpgan")
         path = os.path.join(os.path.dirname(args["model_repository"]), network, "1", "model.pt")
-        self.network = torch.jit.load(path, map_location="cpu").eval()
+        # On this instance's device, as Triton places it: the GPU in the container
+        # (the config gives no kind), the CPU on the embedded server.
+        self.device = instance_device(args)
+        self.network = torch.jit.load(path, map_location=self.device).eval()
+        pb_utils.Logger.log_info(f"face_restore_python: {network} on {self.device}")
 
     def _run_network(self, faces):
         # As the libtorch backend runs it by default: inference mode, optimised execution.
         with torch.inference_mode(), torch.jit.optimized_execution(True):
-            return self.network(torch.from_numpy(faces)).numpy()
+            return self.network(torch.from_numpy(faces).to(self.device)).cpu().numpy()
 
     def execute(self, requests):
         responses = []

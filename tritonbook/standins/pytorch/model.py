@@ -26,6 +26,7 @@ import os
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from tritonbook.instance import instance_device
 from tritonbook.standins.common import (
     StandinConfig,
     announce,
@@ -50,12 +51,10 @@ class TritonPythonModel:
 
         # KIND_GPU: model and inputs on cuda:<id>. KIND_CPU: the CPU. KIND_MODEL: the
         # model stays where it was saved and inputs arrive on the CPU, as in libtorch.cc.
-        if config.instance_kind == "GPU":
-            if not torch.cuda.is_available():
-                raise _error(f"instance '{config.instance_name}' is KIND_GPU but torch sees no GPU")
-            self.device = torch.device("cuda", config.device_id)
-        else:
-            self.device = torch.device("cpu")
+        try:
+            self.device = instance_device(args)
+        except RuntimeError as exc:
+            raise _error(str(exc)) from None
         self._apply_parameters()
         if config.instance_kind == "MODEL":
             self.model = torch.jit.load(path)
