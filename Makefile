@@ -4,8 +4,9 @@
 #               book checked page by page in headless Chromium (screenshots in
 #               _build/screenshots/)
 #   make test-remote
-#               the notebooks under nbval against a server started separately, the
-#               way they reach the NGC container (TRITON_URL); CI runs it after make test
+#               the notebooks that use a server, under nbval, against one started
+#               separately, the way they reach the NGC container (TRITON_URL); CI runs
+#               it after make test
 #   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
 # Set TRITON_URL (and TRITON_GRPC_URL) to run the notebooks against a running
 # server, such as the NGC container from docker/compose.yaml, instead.
@@ -51,11 +52,14 @@ test: venv
 	$(BIN)/python -m tritonbook.browser _build/html --screenshots _build/screenshots \
 	    $(foreach page,$(SCREENSHOTS),--shoot $(page))
 
-# One server for every notebook, started before them by tritonbook.serve on free ports:
-# each notebook's server.start() finds TRITON_URL and connects instead of starting one.
+# The notebooks that talk to a server (the others never read TRITON_URL), against one
+# server started before them by tritonbook.serve on free ports: each notebook's
+# server.start() finds TRITON_URL and connects to it instead of starting its own.
+SERVER_NOTEBOOKS = $(shell grep -l 'server.start()' $(NOTEBOOKS))
+
 test-remote: venv
 	$(BIN)/python -m tritonbook.serve --http-port 0 --grpc-port 0 --metrics-port 0 \
-	    --run $(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL)
+	    --run $(BIN)/python -m pytest $(SERVER_NOTEBOOKS) $(NBVAL)
 
 serve: venv
 	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \
