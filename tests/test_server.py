@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tritonbook import server
-from tritonbook.client import infer
+from tritonbook.client import infer, request_counts
 from conftest import write_model
 
 PYTHON_MODEL = """
@@ -216,3 +216,15 @@ class TritonPythonModel:
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) == len(torch.__version__)
+
+
+def test_request_counts_wait_for_the_statistics(book_server):
+    book_server.load("affine_python")
+    before = request_counts(book_server, "affine_python")
+    infer(book_server, "affine_python", {"INPUT__0": np.zeros((3, 4), np.float32)}, ["OUTPUT__0"])
+    after = request_counts(book_server, "affine_python", grown_from=before)
+    assert {key: after[key] - before[key] for key in before} == {"inference_count": 3, "execution_count": 1}
+    # Nothing more arrives: the wait gives up after its timeout and returns the counts.
+    started = time.monotonic()
+    assert request_counts(book_server, "affine_python", grown_from=after, timeout=0.3) == after
+    assert time.monotonic() - started >= 0.3

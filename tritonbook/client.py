@@ -57,3 +57,24 @@ def server_answer(exc: BaseException) -> str:
     else:
         text = f"{type(exc).__name__}: {exc}"
     return text.split("\n\nAt:\n")[0].strip()
+
+
+def request_counts(triton, model: str, grown_from: dict | None = None, timeout: float = 10.0) -> dict:
+    """A model's ``inference_count`` (images) and ``execution_count`` (model runs).
+
+    Triton records a request's statistics just after it sends the answer, so a client
+    that reads them at once can still see the old counts. Given the counts from before
+    a request (``grown_from``), this reads until ``execution_count`` has grown, or until
+    ``timeout`` seconds have passed (then it returns what it read last).
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = triton.http().get_inference_statistics(model)["model_stats"]
+        counts = {key: sum(int(s[key]) for s in stats) for key in ("inference_count", "execution_count")}
+        if grown_from is None or counts["execution_count"] > grown_from["execution_count"]:
+            return counts
+        if time.monotonic() > deadline:
+            return counts
+        time.sleep(0.05)
