@@ -12,6 +12,11 @@ import pytest
 from tritonbook import repository, server
 
 
+# The conformance suite alone may be pointed at another server (the NGC container):
+# TRITON_URL as it was when pytest started.
+CONFORMANCE_URL = os.environ.get("TRITON_URL", "").strip() or None
+
+
 def pytest_configure(config):
     # The tests start their own embedded servers; a TRITON_URL meant for the
     # notebooks must not redirect them.

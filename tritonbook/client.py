@@ -5,6 +5,9 @@ Chapters that teach the client API write the calls out; everything else uses ``i
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -41,6 +44,52 @@ def request_inputs(module, inputs: dict[str, np.ndarray]) -> list:
         tensor.set_data_from_numpy(array)
         request.append(tensor)
     return request
+
+
+# A failed load, as Triton's core words it (model_repository_manager.cc and
+# model_lifecycle.cc): "load failed for model 'M': version N is at STATE state: STATUS:
+# MESSAGE;". STATUS is the backend's error code as text ("Invalid argument", "Internal").
+_LOAD_FAILED = re.compile(
+    r"load failed for model '(?P<model>[^']*)': version (?P<version>\d+) is at "
+    r"(?P<state>[A-Z]+) state: (?P<status>[A-Z][a-z]+(?: [a-z]+)?): (?P<message>.*?);?\s*$",
+    re.S,
+)
+
+
+@dataclass
+class LoadFailure:
+    """Why a model did not load, split into the core's frame and the backend's words."""
+
+    model: str
+    version: int
+    state: str  # the version's state after the attempt: UNAVAILABLE, or READY (kept)
+    status: str  # the backend's error code: "Invalid argument", "Internal", ...
+    message: str  # the backend's own message, the same on the container and the stand-ins
+    raw: str  # the whole answer
+
+    @property
+    def from_python_stand_in(self) -> bool:
+        """True when a python backend raised it (the stand-ins' loads): the python
+        backend reports every initialize() failure as Internal, with the exception's
+        class name in front of the message."""
+        return self.raw_message.startswith("TritonModelException: ")
+
+    @property
+    def raw_message(self) -> str:
+        return _LOAD_FAILED.search(self.raw).group("message")
+
+
+def load_failure(exc: BaseException) -> LoadFailure | None:
+    """The parts of a failed load's answer, or None if ``exc`` is not one."""
+    text = server_answer(exc)
+    match = _LOAD_FAILED.search(text)
+    if match is None:
+        return None
+    message = match.group("message")
+    # The python backend puts the exception's class name first (pybind11's what()).
+    message = message.removeprefix("TritonModelException: ")
+    return LoadFailure(match.group("model"), int(match.group("version")), match.group("state"),
+                       match.group("status"), message, text)
 
 
 def server_answer(exc: BaseException) -> str:

@@ -38,7 +38,14 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_ROOT.parent
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
-STANDINS = ("pytorch", "onnxruntime")
+# Backend name -> the stand-in (a folder of tritonbook/standins) that serves it here.
+STANDINS = {"pytorch": "pytorch", "onnxruntime": "onnxruntime", "torch_aoti_standin": "torch_aoti"}
+# Triton 2.51's core does not know `platform: "torch_aoti"` (pytorch_backend serves it since
+# Triton 26.03): it refuses such a config when it polls the repository, before any backend
+# sees it. It does accept any platform with a backend name it does not know, so on the
+# embedded server the book loads those models with a config that adds this backend.
+AOTI_PLATFORM = "torch_aoti"
+AOTI_STANDIN = "torch_aoti_standin"
 # The embedded server reports this id as its name in the server metadata, so a client
 # can tell it (and its stand-ins) apart from the NGC container, which reports "triton".
 EMBEDDED_ID = "tritonbook-embedded"
@@ -123,17 +130,21 @@ class Triton:
     def is_ready(self) -> bool:
         return _http_status(f"http://{self.http_url}/v2/health/ready") == 200
 
-    def load(self, model: str, config: dict | str | None = None) -> None:
-        """Load (or reload) a model. ``config`` overrides its config.pbtxt (JSON form).
+    def load(self, model: str, config: dict | str | None = None, files: dict[str, bytes] | None = None) -> None:
+        """Load (or reload) a model. ``config`` overrides its config.pbtxt (JSON form);
+        ``files`` ({"file:1/model.pt": bytes, ...}) upload the model's files with it.
 
-        Raises TritonServerError with the server's reason when the load fails.
+        On the embedded server a ``platform: "torch_aoti"`` model is loaded with a config
+        that adds ``backend: "torch_aoti_standin"`` (see AOTI_STANDIN); the stand-in says so
+        in the server log. Raises TritonServerError with the server's reason on failure.
         """
         from tritonclient.utils import InferenceServerException
 
+        config = self._route_to_standin(model, config)
         if isinstance(config, dict):
             config = json.dumps(config)
         try:
-            self.http().load_model(model, config=config)
+            self.http().load_model(model, config=config, files=files)
         except InferenceServerException as exc:
             reason = f"loading model '{model}' failed: {exc.message()}"
             raise TritonServerError(self._explain(reason), reason) from None
@@ -151,6 +162,43 @@ class Triton:
 
     def model_ready(self, model: str) -> bool:
         return self.http().is_model_ready(model)
+
+    def is_embedded(self) -> bool:
+        """Whether this is the book's embedded server (it names itself EMBEDDED_ID)."""
+        if getattr(self, "_embedded", None) is None:
+            self._embedded = self.http().get_server_metadata().get("name") == EMBEDDED_ID
+        return self._embedded
+
+    def served_by(self, model: str) -> str:
+        """What runs a loaded model, in words: a stand-in or the server's own backend."""
+        config = self.http().get_model_config(model)
+        backend = config.get("backend") or config.get("platform", "?")
+        if self.is_embedded() and backend in STANDINS:
+            return f"the book's python stand-in for the '{backend}' backend ({config.get('platform')})"
+        where = "the embedded server's" if self.is_embedded() else "the server's"
+        return f"{where} '{backend}' backend"
+
+    def _route_to_standin(self, model: str, config: dict | str | None) -> dict | str | None:
+        """On the embedded server, a torch_aoti config with the stand-in's backend added."""
+        if isinstance(config, str) or not self.is_embedded():
+            return config
+        if config is None:
+            path = self._local_repository() / model / "config.pbtxt"
+            if not path.exists():
+                return None
+            from tritonbook.repository import read_config
+
+            config = read_config(model, self._local_repository())
+            if config.get("platform") != AOTI_PLATFORM:
+                return None
+        if config.get("platform") == AOTI_PLATFORM and not config.get("backend"):
+            config = dict(config, backend=AOTI_STANDIN)
+        return config
+
+    def _local_repository(self) -> Path:
+        # A server found through TRITON_URL serves the book's repository (make serve,
+        # make test-remote, the container's bind mount).
+        return DEFAULT_REPOSITORY
 
     def info(self) -> ServerInfo:
         meta = self.http().get_server_metadata()
@@ -293,6 +341,12 @@ class EmbeddedTriton(Triton):
             time.sleep(0.2)
         raise TritonServerError(self._explain(f"tritonserver was not ready after {timeout:.0f} s"))
 
+    def is_embedded(self) -> bool:
+        return True
+
+    def _local_repository(self) -> Path:
+        return self.model_repository
+
     def info(self) -> ServerInfo:
         info = super().info()
         info.backends = sorted(p.name for p in self.backends_dir.iterdir() if p.is_dir())
@@ -408,11 +462,12 @@ def _prepare_backends(target: Path) -> Path:
     shutil.copytree(wheel.python_backend, target / "python", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(wheel.stub, target / "python" / wheel.stub.name)
     _check_stub_libraries(target / "python" / wheel.stub.name, wheel)
-    for name in STANDINS:
-        (target / name).mkdir(parents=True)
+    for backend, folder in STANDINS.items():
+        (target / backend).mkdir(parents=True)
         # A folder with model.py and no libtriton_<name>.so: Triton runs it on the
-        # python backend for every model whose backend (or platform) is <name>.
-        shutil.copy2(PACKAGE_ROOT / "standins" / name / "model.py", target / name / "model.py")
+        # python backend for every model whose backend (or platform) is <name>, and
+        # records `runtime: "model.py"` in the served config.
+        shutil.copy2(PACKAGE_ROOT / "standins" / folder / "model.py", target / backend / "model.py")
     return target
 
 

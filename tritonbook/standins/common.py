@@ -7,6 +7,7 @@ This runs inside the python backend's stub, which provides
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,8 @@ class IO:
     name: str
     triton_type: str
     dims: list[int]
+    optional: bool = False
+    reshape: list[int] | None = None
 
     @property
     def dtype(self):
@@ -69,14 +72,15 @@ class StandinConfig:
         config = json.loads(args["model_config"])
 
         def ios(key):
+            # Each stand-in decides which data types it refuses, in its backend's words.
             items = []
             for io in config.get(key, []):
-                if io["data_type"] not in NUMPY_DTYPES:
-                    raise ValueError(
-                        f"the book's stand-in does not serve {io['data_type']} ('{io['name']}'); "
-                        "the NGC container's backend does"
-                    )
-                items.append(IO(io["name"], io["data_type"], [int(d) for d in io.get("dims", [])]))
+                reshape = io.get("reshape")
+                items.append(IO(
+                    io["name"], io["data_type"], [int(d) for d in io.get("dims", [])],
+                    optional=bool(io.get("optional", False)),
+                    reshape=None if reshape is None else [int(d) for d in reshape.get("shape", [])],
+                ))
             return items
 
         return cls(
@@ -127,6 +131,8 @@ def gather_inputs(pb_utils, requests, config: StandinConfig):
         first = None
         for io in config.inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, io.name)
+            if tensor is None and io.optional:
+                continue  # an optional input left out (onnxruntime: the initializer's value)
             if tensor is None:  # Triton core checks this; keep the message clear anyway
                 raise ValueError(f"request has no input '{io.name}'")
             array = tensor.as_numpy()
@@ -135,10 +141,25 @@ def gather_inputs(pb_utils, requests, config: StandinConfig):
                 first = array.shape[0] if config.max_batch_size > 0 and array.ndim else 1
         sizes.append(first or 1)
     if config.max_batch_size > 0:
-        joined = {name: np.concatenate(parts, axis=0) for name, parts in arrays.items()}
+        joined = {name: np.concatenate(parts, axis=0) for name, parts in arrays.items() if parts}
     else:
-        joined = {name: parts[0] for name, parts in arrays.items()}
+        joined = {name: parts[0] for name, parts in arrays.items() if parts}
     return joined, sizes
+
+
+def model_file_of_autocomplete_stub(config: dict, default_filename: str) -> str | None:
+    """The model file, seen from ``auto_complete_config``.
+
+    The python backend passes that function the config alone. Its stub process is started
+    with ``<model folder>/<version>/<file>`` as its first argument (python_backend
+    stub_launcher.cc), and that is the only place the model's folder can be read from.
+    """
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            first = f.read().split(b"\0")[1].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+    return os.path.join(os.path.dirname(first), config.get("default_model_filename") or default_filename)
 
 
 def split_outputs(outputs: dict[str, np.ndarray], sizes: list[int], config: StandinConfig):
@@ -165,5 +186,6 @@ def announce(pb_utils, backend: str, real_backend: str, config: StandinConfig, d
         f"[tritonbook] model '{config.model_name}' version {config.version} "
         f"({config.instance_name}) is served by the book's python stand-in for the "
         f"'{backend}' backend; the NGC container serves it with the real {real_backend} "
-        f"backend instead. {detail}"
+        f"backend instead. {detail} Its served config says runtime \"model.py\" (this file); "
+        "leave that field out of configs for the container, where it selects another runtime."
     )

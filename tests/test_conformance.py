@@ -1,0 +1,170 @@
+"""The stand-ins held to the real backends' contract (see conformance.py).
+
+Runs against the embedded server and its stand-ins, or, with TRITON_URL set when pytest
+starts, against that server (the NGC container):
+
+    TRITON_URL=127.0.0.1:8000 .venv/bin/python -m pytest tests/test_conformance.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import conformance as c
+from conftest import CONFORMANCE_URL
+from tritonbook import server
+
+FP32, INT64 = TensorProto.FLOAT, TensorProto.INT64
+ORT = "onnxruntime_onnx"
+ORT_SRC = "onnxruntime_backend r24.10 src/onnxruntime.cc"
+QA_AUTOFILL = "server qa/L0_model_config/autofill_noplatform"
+
+# ONNX models ------------------------------------------------------------------------------
+# Two inputs with a dynamic batch dimension: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1
+# (the qa fixture's shape, in float32).
+ADD_SUB = c.onnx_graph(
+    [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+     helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+    [("INPUT0", FP32, ["batch", 16]), ("INPUT1", FP32, ["batch", 16])],
+    [("OUTPUT0", FP32, ["batch", 16]), ("OUTPUT1", FP32, ["batch", 16])],
+)
+# The same graph exported with a fixed batch of 1, as torch.onnx.export does without
+# dynamic axes.
+ADD_SUB_FIXED = c.onnx_graph(
+    [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+     helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+    [("INPUT0", FP32, [1, 16]), ("INPUT1", FP32, [1, 16])],
+    [("OUTPUT0", FP32, [1, 16]), ("OUTPUT1", FP32, [1, 16])],
+)
+# OUTPUT = INPUT + INITIALIZER, where INITIALIZER is a graph input with a stored value (ones):
+# an input a request may leave out.
+ADD_INITIALIZER = c.onnx_graph(
+    [helper.make_node("Add", ["INPUT", "INITIALIZER"], ["OUTPUT"])],
+    [("INPUT", FP32, [1, 16]), ("INITIALIZER", FP32, [1, 16])],
+    [("OUTPUT", FP32, [1, 16])],
+    initializers=[numpy_helper.from_array(np.ones((1, 16), np.float32), "INITIALIZER")],
+)
+
+
+def ort_io(name, dims=(16,), data_type="TYPE_FP32", **extra):
+    return c.io_spec(name, data_type, dims, **extra)
+
+
+BOTH_IN = [ort_io("INPUT0"), ort_io("INPUT1")]
+BOTH_OUT = [ort_io("OUTPUT0"), ort_io("OUTPUT1")]
+X = np.arange(32, dtype=np.float32).reshape(2, 16)
+Y = np.full((2, 16), 3, dtype=np.float32)
+ONE = np.arange(16, dtype=np.float32).reshape(1, 16)
+
+ONNX_CASES = [
+    c.Case("ort_batched", f"{ORT_SRC} ValidateInputs/ValidateOutputs; qa L0_model_config cpu_instance",
+           ADD_SUB, c.config(ORT, BOTH_IN, BOTH_OUT, max_batch_size=8),
+           inputs={"INPUT0": X, "INPUT1": Y}, expected={"OUTPUT0": X + Y, "OUTPUT1": X - Y}),
+    c.Case("ort_outputs_subset", f"{ORT_SRC} ValidateOutputs: no output count check",
+           ADD_SUB, c.config(ORT, BOTH_IN, [ort_io("OUTPUT1")], max_batch_size=8),
+           inputs={"INPUT0": X, "INPUT1": Y}, expected={"OUTPUT1": X - Y}),
+    c.Case("ort_autocomplete", f"{QA_AUTOFILL}_success/onnx/no_config; {ORT_SRC} AutoCompleteMaxBatch",
+           ADD_SUB, {"platform": ORT, "instance_group": [{"kind": "KIND_CPU", "count": 1}]},
+           served={"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [4]}},
+           served_io={"input": {"INPUT0": ("TYPE_FP32", [16]), "INPUT1": ("TYPE_FP32", [16])},
+                      "output": {"OUTPUT0": ("TYPE_FP32", [16]), "OUTPUT1": ("TYPE_FP32", [16])}},
+           inputs={"INPUT0": X, "INPUT1": Y}, expected={"OUTPUT0": X + Y}),
+    c.Case("ort_autocomplete_no_batch", f"{QA_AUTOFILL}_success/onnx/no_config_no_batch",
+           ADD_SUB_FIXED, {"platform": ORT, "instance_group": [{"kind": "KIND_CPU", "count": 1}]},
+           served={"max_batch_size": 0},
+           served_io={"input": {"INPUT0": ("TYPE_FP32", [1, 16]), "INPUT1": ("TYPE_FP32", [1, 16])},
+                      "output": {"OUTPUT0": ("TYPE_FP32", [1, 16]), "OUTPUT1": ("TYPE_FP32", [1, 16])}},
+           inputs={"INPUT0": ONE, "INPUT1": ONE}, expected={"OUTPUT0": 2 * ONE}),
+    c.Case("ort_autocomplete_refuses_batching", f"{QA_AUTOFILL}/onnx/bad_max_batch_size",
+           ADD_SUB_FIXED, c.config(ORT, BOTH_IN, [], max_batch_size=1),
+           load_error="autofill failed for model 'ort_autocomplete_refuses_batching': model does not "
+                      "support batching while non-zero max_batch_size is specified"),
+    c.Case("ort_fixed_batch", "onnxruntime_backend r24.10 src/onnxruntime_utils.cc CompareDimsSupported",
+           ADD_SUB_FIXED, c.config(ORT, BOTH_IN, BOTH_OUT, max_batch_size=8),
+           load_error="model 'ort_fixed_batch', tensor 'INPUT0': for the model to support batching the "
+                      "shape should have at least 1 dimension and the first dimension must be -1; but "
+                      "shape expected by the model is [1,16]"),
+    c.Case("ort_bad_input_dims", f"{QA_AUTOFILL}/onnx/bad_input_dims",
+           ADD_SUB, c.config(ORT, [ort_io("INPUT0", (16, 1)), ort_io("INPUT1")], BOTH_OUT, max_batch_size=1),
+           load_error="model 'ort_bad_input_dims', tensor 'INPUT0': the model expects 2 dimensions (shape "
+                      "[-1,16]) but the model configuration specifies 3 dimensions (an initial batch "
+                      "dimension because max_batch_size > 0 followed by the explicit tensor shape, "
+                      "making complete shape [-1,16,1])"),
+    c.Case("ort_bad_output_dims", f"{QA_AUTOFILL}/onnx/bad_output_dims",
+           ADD_SUB, c.config(ORT, BOTH_IN, [ort_io("OUTPUT0"), ort_io("OUTPUT1", (1,))], max_batch_size=1),
+           load_error="tensor 'OUTPUT1': the model expects 2 dimensions (shape [-1,16]) but the model "
+                      "configuration specifies 2 dimensions (an initial batch dimension because "
+                      "max_batch_size > 0 followed by the explicit tensor shape, making complete shape [-1,1])"),
+    c.Case("ort_too_few_inputs", f"{QA_AUTOFILL}/onnx/too_few_inputs",
+           ADD_SUB, c.config(ORT, [ort_io("INPUT1")], BOTH_OUT, max_batch_size=8),
+           load_error="unable to load model 'ort_too_few_inputs', configuration expects 1 inputs, "
+                      "model provides 2"),
+    c.Case("ort_too_many_inputs", f"{QA_AUTOFILL}/onnx/too_many_inputs",
+           ADD_SUB, c.config(ORT, [*BOTH_IN, ort_io("INPUT_EXTRA")], BOTH_OUT, max_batch_size=8),
+           load_error="configuration expects 3 inputs, model provides 2"),
+    c.Case("ort_unknown_input", f"{QA_AUTOFILL}/onnx/unknown_input",
+           ADD_SUB, c.config(ORT, [ort_io("INPUT0"), ort_io("INPUT_UNKNOWN")], BOTH_OUT, max_batch_size=8),
+           load_error="unexpected inference input 'INPUT_UNKNOWN', allowed inputs are: INPUT0, INPUT1"),
+    c.Case("ort_unknown_output", f"{QA_AUTOFILL}/onnx/unknown_output",
+           ADD_SUB, c.config(ORT, BOTH_IN, [ort_io("OUTPUT_UNKNOWN")], max_batch_size=8),
+           load_error="unexpected inference output 'OUTPUT_UNKNOWN', allowed outputs are: OUTPUT0, OUTPUT1"),
+    c.Case("ort_wrong_dtype", f"{ORT_SRC} ValidateInputs (datatype check)",
+           ADD_SUB, c.config(ORT, [ort_io("INPUT0", data_type="TYPE_FP64"), ort_io("INPUT1")], BOTH_OUT,
+                             max_batch_size=8),
+           load_error="unable to load model 'ort_wrong_dtype', configuration expects datatype TYPE_FP64 "
+                      "for input 'INPUT0', model provides TYPE_FP32"),
+    c.Case("ort_initializer_left_out", "server qa/L0_initializer_as_input (r24.10: test/initializer_as_input)",
+           ADD_INITIALIZER,
+           c.config(ORT, [ort_io("INPUT", (1, 16)), ort_io("INITIALIZER", (1, 16), optional=True)],
+                    [ort_io("OUTPUT", (1, 16))]),
+           inputs={"INPUT": ONE}, expected={"OUTPUT": ONE + 1}),
+    c.Case("ort_initializer_given", "server qa/L0_initializer_as_input (r24.10: test/initializer_as_input)",
+           ADD_INITIALIZER,
+           c.config(ORT, [ort_io("INPUT", (1, 16)), ort_io("INITIALIZER", (1, 16), optional=True)],
+                    [ort_io("OUTPUT", (1, 16))]),
+           inputs={"INPUT": ONE, "INITIALIZER": 10 * ONE}, expected={"OUTPUT": 11 * ONE}),
+    c.Case("ort_optional_with_batching", f"{ORT_SRC} ValidateInputs (optional inputs)",
+           ADD_INITIALIZER,
+           # Inputs are checked in config order: the optional one first.
+           c.config(ORT, [ort_io("INITIALIZER", (16,), optional=True), ort_io("INPUT", (16,))],
+                    [ort_io("OUTPUT", (16,))], max_batch_size=4),
+           load_error="unable to load model 'ort_optional_with_batching', optional input 'INITIALIZER' is "
+                      "not supported for models that support batching"),
+    c.Case("ort_bad_execution_mode", f"{ORT_SRC} ModelState (execution_mode parameter)",
+           ADD_SUB, c.config(ORT, BOTH_IN, BOTH_OUT, max_batch_size=8,
+                             parameters={"execution_mode": {"string_value": "2"}}),
+           load_error="Expected values for  execution_mode are 0 or 1 but got 2 ."),
+]
+
+CASES = ONNX_CASES
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory):
+    """The server under test: TRITON_URL's, or an embedded one on an empty repository."""
+    if CONFORMANCE_URL:
+        yield server.remote_from_environment({"TRITON_URL": CONFORMANCE_URL})
+        return
+    with server.EmbeddedTriton(tmp_path_factory.mktemp("conformance")) as embedded:
+        yield embedded
+
+
+MODEL_BYTES: dict = {}
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_backend_contract(triton, case):
+    builder = case.model
+    if builder not in MODEL_BYTES:
+        MODEL_BYTES[builder] = builder()
+    c.run(triton, case, MODEL_BYTES[builder])
+
+
+def test_every_case_names_its_source_and_one_answer():
+    names = [case.name for case in CASES]
+    assert len(names) == len(set(names))
+    for case in CASES:
+        assert case.source.strip()
+        assert (case.load_error is None) != (case.inputs is None), case.name
