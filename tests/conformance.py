@@ -103,7 +103,7 @@ def _check_inference(triton, case: Case) -> None:
             assert case.infer_error is not None, f"{case.name} ({protocol}): {exc}"
             status, text = case.infer_error
             assert text in exc.message(), f"{exc.message()!r} lacks {text!r}"
-            if protocol == "http":
+            if protocol == "http" and status is not None:  # None: the real code is not known
                 assert exc.status() == str(status), f"HTTP status {exc.status()}, expected {status}"
             continue
         assert case.infer_error is None, f"{case.name} answered; the real backend fails: {case.infer_error}"

@@ -8,8 +8,11 @@ starts, against that server (the NGC container):
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import numpy as np
 import pytest
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import conformance as c
@@ -138,7 +141,120 @@ ONNX_CASES = [
            load_error="Expected values for  execution_mode are 0 or 1 but got 2 ."),
 ]
 
-CASES = ONNX_CASES
+# libtorch (TorchScript) ------------------------------------------------------------------
+PT = "pytorch_libtorch"
+PT_SRC = "pytorch_backend src/libtorch.cc"
+
+
+class ScaleThenShift(torch.nn.Module):
+    """Two inputs whose order matters: image * scale + 1."""
+
+    def forward(self, image: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return image * scale + 1
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class TwoOutputs(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return x + 1, x * 10
+
+
+SCALE_THEN_SHIFT, IDENTITY, TWO_OUTPUTS = (c.torchscript(m) for m in (ScaleThenShift(), Identity(), TwoOutputs()))
+
+
+def pt_io(name, data_type="TYPE_FP32", dims=(3,), **extra):
+    return c.io_spec(name, data_type, dims, **extra)
+
+
+IMG = np.arange(6, dtype=np.float32).reshape(2, 3)
+SCL = np.full((2, 3), 10, dtype=np.float32)
+OUT0 = [pt_io("OUTPUT__0")]
+PT_CASES = [
+    c.Case("pt_forward_names", "server qa/L0_libtorch_io_names (forward() argument names)", SCALE_THEN_SHIFT,
+           c.config(PT, [pt_io("scale"), pt_io("image")], OUT0, max_batch_size=4),
+           inputs={"image": IMG, "scale": SCL}, expected={"OUTPUT__0": IMG * SCL + 1}),
+    c.Case("pt_named_index", "server qa/L0_libtorch_io_names (<name>__<index>)", SCALE_THEN_SHIFT,
+           c.config(PT, [pt_io("INPUT__1"), pt_io("INPUT__0")], OUT0, max_batch_size=4),
+           inputs={"INPUT__0": IMG, "INPUT__1": SCL}, expected={"OUTPUT__0": IMG * SCL + 1}),
+    c.Case("pt_config_order", "server qa/L0_libtorch_io_names (strict config order)", SCALE_THEN_SHIFT,
+           c.config(PT, [pt_io("first"), pt_io("second")], OUT0, max_batch_size=4),
+           inputs={"first": IMG, "second": SCL}, expected={"OUTPUT__0": IMG * SCL + 1}),
+    c.Case("pt_outputs_by_index", f"{PT_SRC} ValidateOutputs (NAMED_INDEX)", TWO_OUTPUTS,
+           c.config(PT, [pt_io("INPUT__0")], [pt_io("OUTPUT__1"), pt_io("OUTPUT__0")], max_batch_size=4),
+           inputs={"INPUT__0": IMG}, expected={"OUTPUT__0": IMG + 1, "OUTPUT__1": IMG * 10}),
+    c.Case("pt_input_count", f"{PT_SRC} ValidateInputs (input count)", IDENTITY,
+           c.config(PT, [pt_io("INPUT__0"), pt_io("INPUT__1")], OUT0, max_batch_size=4),
+           load_error="unable to load model 'pt_input_count', configuration expects 2 inputs, model provides 1"),
+    *[c.Case(f"pt_{kind.lower()}", f"{PT_SRC} ValidateInputs (ModelConfigDataTypeToTorchType)", IDENTITY,
+             c.config(PT, [pt_io("INPUT__0", f"TYPE_{kind}")], [pt_io("OUTPUT__0", f"TYPE_{kind}")],
+                      max_batch_size=4),
+             load_error=f"unsupported datatype TYPE_{kind} for input 'INPUT__0' for model 'pt_{kind.lower()}'",
+             load_status="Internal")
+      for kind in ("UINT16", "UINT32", "UINT64")],
+    c.Case("pt_optional_input", "backend r24.10 src/backend_model.cc (allow_optional is false for libtorch)",
+           IDENTITY, c.config(PT, [pt_io("INPUT__0", optional=True)], OUT0, max_batch_size=4),
+           load_error="'optional' is set to true for input 'INPUT__0' while the backend model doesn't "
+                      "support optional input"),
+    c.Case("pt_bad_boolean", "backend r24.10 src/backend_common.cc ParseBoolValue", IDENTITY,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4,
+                    parameters={"INFERENCE_MODE": {"string_value": "maybe"}}),
+           load_error="failed to convert 'maybe' to boolean"),
+    c.Case("pt_parameters_logged", f"{PT_SRC} ModelState::ParseParameters (INFO lines)", IDENTITY,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4,
+                    parameters={"DISABLE_OPTIMIZED_EXECUTION": {"string_value": "true"}}),
+           inputs={"INPUT__0": IMG}, expected={"OUTPUT__0": IMG},
+           log=["Optimized execution is disabled for model instance 'pt_parameters_logged'",
+                "Inference Mode is enabled for model instance 'pt_parameters_logged'"]),
+    c.Case("pt_missing_output_index", f"{PT_SRC} ReadOutputTensors", TWO_OUTPUTS,
+           c.config(PT, [pt_io("INPUT__0")], [pt_io("OUTPUT__0"), pt_io("OUTPUT__2")], max_batch_size=4),
+           inputs={"INPUT__0": IMG},
+           infer_error=(None, "The output OUTPUT__2 in the model configuration refers to an output index "
+                              "which doesn't exist. This model has 2 outputs")),
+]
+
+
+# torch_aoti -------------------------------------------------------------------------------
+AOTI = "torch_aoti"
+AOTI_SRC = "pytorch_backend README (torch_aoti, 26.05+ naming)"
+
+
+def aoti_package() -> bytes:
+    """(x, y) -> (2x + y, row sums of x), compiled with a dynamic batch dimension."""
+    import os
+    import tempfile
+
+    import torch
+
+    class TwoInTwoOut(torch.nn.Module):
+        def forward(self, x, y):
+            return 2 * x + y, x.sum(dim=1, keepdim=True)
+
+    example = (torch.ones(2, 3), torch.ones(2, 3))
+    batch = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(TwoInTwoOut(), example, dynamic_shapes=({0: batch}, {0: batch}))
+    with tempfile.TemporaryDirectory() as folder:
+        path = torch._inductor.aoti_compile_and_package(program, package_path=os.path.join(folder, "m.pt2"))
+        with open(path, "rb") as f:
+            return f.read()
+
+
+A3 = np.arange(6, dtype=np.float32).reshape(2, 3)
+B3 = np.ones((2, 3), dtype=np.float32)
+AOTI_CASES = [
+    c.Case("aoti_batched", AOTI_SRC, aoti_package,
+           c.config(AOTI, [c.io_spec("INPUT__0", "TYPE_FP32", [3]), c.io_spec("INPUT__1", "TYPE_FP32", [3])],
+                    [c.io_spec("OUTPUT__0", "TYPE_FP32", [3]), c.io_spec("OUTPUT__1", "TYPE_FP32", [1])],
+                    max_batch_size=8),
+           inputs={"INPUT__0": A3, "INPUT__1": B3},
+           expected={"OUTPUT__0": 2 * A3 + B3, "OUTPUT__1": A3.sum(axis=1, keepdims=True)},
+           log=["tritonbook loaded this model with a config override that adds backend 'torch_aoti_standin'"]),
+]
+
+CASES = ONNX_CASES + PT_CASES + AOTI_CASES
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +284,4 @@ def test_every_case_names_its_source_and_one_answer():
     for case in CASES:
         assert case.source.strip()
         assert (case.load_error is None) != (case.inputs is None), case.name
+        assert case.expected is not None or case.infer_error is not None or case.load_error, case.name

@@ -168,7 +168,7 @@ def test_remote_server_from_environment(plus_one_repository):
         assert isinstance(remote, server.RemoteTriton)
         info = remote.info()
         # The embedded server names itself, so a client can tell stand-ins are in use.
-        assert info.embedded and info.version == "2.51.0" and info.standins == ["pytorch", "onnxruntime"]
+        assert info.embedded and info.version == "2.51.0" and info.standins == ["pytorch", "onnxruntime", "torch_aoti_standin"]
         out = infer(remote, "plus_one", {"IN": np.array([[1]], dtype=np.int32)}, ["OUT"], protocol="grpc")
         assert out["OUT"].tolist() == [[2]]
         remote.stop()  # closes clients only

@@ -9,6 +9,8 @@ that produce the files first.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -85,6 +87,34 @@ def build_gfpgan_torchscript(path: Path) -> None:
         torch.jit.save(traced, str(path), _extra_files={"tritonbook.txt": description})
 
 
+def build_gfpgan_aoti(path: Path) -> None:
+    """GFPGANv1 as an AOTInductor package (``model.pt2``) for ``platform: "torch_aoti"``.
+
+    The same network and batch-agnostic form as ``build_gfpgan_torchscript``, exported
+    with a dynamic batch dimension and compiled ahead of time for this machine's CPU by
+    this torch (chapter 3). Needs a C++ compiler; takes a minute or more on two cores.
+    """
+    import torch
+
+    from tritonbook.gfpgan import GFPGANForDeploy, gfpgan_from_environment, use_ops
+    from tritonbook.images import load_face, to_tensor
+
+    net, _ = gfpgan_from_environment()
+    deploy = GFPGANForDeploy(net).eval()
+    face = to_tensor(load_face(net.out_size))
+    pair = torch.cat([face, face.flip(3)])
+    # torch.export treats sizes 0 and 1 as special; batch 1 still runs (chapter 3).
+    batch = torch.export.Dim("batch", min=2, max=8)
+    with torch.no_grad(), use_ops(fused_modconv=False), tempfile.TemporaryDirectory() as folder:
+        program = torch.export.export(deploy, (pair,), dynamic_shapes=({0: batch},))
+        # The package's name must end in .pt2; ensure_model_files hands us a .partial name.
+        package_path = torch._inductor.aoti_compile_and_package(
+            program, package_path=os.path.join(folder, "model.pt2"))
+        package = torch._inductor.aoti_load_package(package_path)
+        torch.testing.assert_close(package(face), deploy(face), rtol=1e-4, atol=1e-3)
+        shutil.move(package_path, path)
+
+
 def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
     """SRCNN with a dynamic factor as ONNX: the modern path of chapter 4.
 
@@ -156,6 +186,7 @@ BUILDERS: dict[str, list[tuple[str, Callable[[Path], None]]]] = {
     "affine_torchscript": [("1/model.pt", build_affine_torchscript)],
     "affine_onnx": [("1/model.onnx", build_affine_onnx)],
     "gfpgan": [("1/model.pt", build_gfpgan_torchscript)],
+    "gfpgan_aoti": [("1/model.pt2", build_gfpgan_aoti)],
     "gfpgan_static": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
     "gfpgan_batched": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
     "srcnn": [("1/model.onnx", build_srcnn_onnx)],

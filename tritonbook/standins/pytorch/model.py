@@ -39,30 +39,47 @@ def _error(message):
     return pb_utils.TritonModelException(message)
 
 
+# Data types libtorch has a tensor type for (libtorch_utils ModelConfigDataTypeToTorchType).
+TORCH_TYPES = ("TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8", "TYPE_INT16", "TYPE_INT32", "TYPE_INT64",
+               "TYPE_FP16", "TYPE_FP32", "TYPE_FP64")
+
+
 class TritonPythonModel:
     def initialize(self, args):
+        try:
+            self._initialize(args)
+        except Exception as exc:  # the python backend reports it as Internal, whatever it is
+            raise pb_utils.TritonModelException(str(exc)) from None
+
+    def _initialize(self, args):
         import torch
 
         self.torch = torch
         self.config = config = StandinConfig.from_args(args, "model.pt")
+        # backend BackendModel: the libtorch backend does not allow optional inputs.
+        for io in config.inputs:
+            if io.optional:
+                raise ValueError(f"'optional' is set to true for input '{io.name}' while the backend "
+                                 "model doesn't support optional input")
+        self._apply_parameters()
         path = os.path.join(config.model_dir, config.version, config.default_model_filename)
         if not os.path.exists(path):
-            raise _error(f"unable to find '{path}' for model instance '{config.instance_name}'")
+            raise ValueError(f"unable to find '{path}' for model instance '{config.instance_name}'")
 
         # KIND_GPU: model and inputs on cuda:<id>. KIND_CPU: the CPU. KIND_MODEL: the
         # model stays where it was saved and inputs arrive on the CPU, as in libtorch.cc.
+        self.device = instance_device(args)
         try:
-            self.device = instance_device(args)
-        except RuntimeError as exc:
-            raise _error(str(exc)) from None
-        self._apply_parameters()
-        if config.instance_kind == "MODEL":
-            self.model = torch.jit.load(path)
-        else:
-            self.model = torch.jit.load(path, map_location=self.device)
+            if config.instance_kind == "MODEL":
+                self.model = torch.jit.load(path)
+            else:
+                self.model = torch.jit.load(path, map_location=self.device)
+        except Exception as exc:
+            raise ValueError(f"failed to load model '{config.model_name}': {exc}") from None
         self.model.eval()
 
         self.input_order = self._input_order()
+        self._check_types()
         self.output_index = self._output_index()
         announce(
             pb_utils, "pytorch", "libtorch", config,
@@ -70,28 +87,68 @@ class TritonPythonModel:
             f"outputs by {self.output_convention}.",
         )
 
-    # Parameters ----------------------------------------------------------------------
+    def _check_types(self):
+        """libtorch.cc ValidateInputs / ValidateOutputs: at least one of each, known types."""
+        config = self.config
+        for kind, ios in (("input", config.inputs), ("output", config.outputs)):
+            if not ios:
+                raise ValueError(f"model configuration must contain at least one {kind}, none were specified.")
+            for io in ios:
+                if io.triton_type == "TYPE_STRING":
+                    raise ValueError(
+                        f"the book's stand-in does not serve TYPE_STRING ({kind} '{io.name}'); the NGC "
+                        "container's libtorch backend serves it as a 1-D List[str]"
+                    )
+                if io.triton_type not in TORCH_TYPES:
+                    raise ValueError(f"unsupported datatype {io.triton_type} for {kind} '{io.name}' "
+                                     f"for model '{config.model_name}'")
+
     def _apply_parameters(self):
         torch, config = self.torch, self.config
+        name = config.instance_name
         self.inference_mode = config.flag("INFERENCE_MODE", True)
         self.optimized_execution = not config.flag("DISABLE_OPTIMIZED_EXECUTION", False)
-        if config.flag("DISABLE_CUDNN", False):
-            torch.backends.cudnn.enabled = False
-        # The stub is one process per instance, so these settings stay per instance.
+        cudnn = not config.flag("DISABLE_CUDNN", False)
+        torch.backends.cudnn.enabled = cudnn
+        # The settings the real backend reports at load, in its words (ParseParameters:
+        # only for a config with parameters; it names the model).
+        if config.parameters:
+            cleaning = config.flag("ENABLE_CACHE_CLEANING", False)
+            for label, on in (("Optimized execution", self.optimized_execution), ("Cache Cleaning", cleaning),
+                              ("Inference Mode", self.inference_mode)):
+                pb_utils.Logger.log_info(
+                    f"{label} is {'enabled' if on else 'disabled'} for model instance '{config.model_name}'")
+        # The TorchScript switches, as libtorch.cc sets them (process-wide in torch).
+        switches = {
+            "ENABLE_JIT_EXECUTOR": torch._C._jit_set_profiling_executor,
+            "ENABLE_JIT_PROFILING": torch._C._jit_set_profiling_mode,
+            "ENABLE_TENSOR_FUSER": torch._C._jit_set_texpr_fuser_enabled,
+        }
+        for key, switch in switches.items():
+            if key in config.parameters:
+                switch(config.flag(key, True))
+        # Threads: the container's backend sets these once for the whole server (the first
+        # model that names them wins); a stand-in instance is its own process.
         intra = config.integer("INTRA_OP_THREAD_COUNT")
+        inter = config.integer("INTER_OP_THREAD_COUNT")
         if intra is not None and intra > 0:
             torch.set_num_threads(intra)
-        inter = config.integer("INTER_OP_THREAD_COUNT")
         if inter is not None and inter > 0:
             try:
                 torch.set_num_interop_threads(inter)
             except RuntimeError:  # only possible before torch's first parallel work
                 pb_utils.Logger.log_warn("INTER_OP_THREAD_COUNT ignored: torch already started its pool")
-        if "ENABLE_JIT_PROFILING" in config.parameters:
-            torch._C._jit_set_profiling_executor(config.flag("ENABLE_JIT_PROFILING", True))
-        for ignored in ("ENABLE_WEIGHT_SHARING", "ENABLE_CACHE_CLEANING", "ENABLE_JIT_EXECUTOR"):
+        if (intra or 0) > 0 or (inter or 0) > 0:
+            pb_utils.Logger.log_warn(
+                f"[tritonbook] {name}: INTRA_OP_THREAD_COUNT/INTER_OP_THREAD_COUNT apply to this "
+                "instance's process only. In the NGC container they are server-wide: the first "
+                "model that sets them fixes them for every model, for the server's life."
+            )
+        for ignored in ("ENABLE_WEIGHT_SHARING", "ENABLE_CACHE_CLEANING"):
             if ignored in config.parameters:
-                pb_utils.Logger.log_info(f"[tritonbook] {ignored} has no effect in the stand-in")
+                config.flag(ignored, False)  # an invalid value still fails the load
+                pb_utils.Logger.log_warn(
+                    f"[tritonbook] {ignored} has no effect in the stand-in (one process per instance)")
 
     # Input and output naming (libtorch.cc: ValidateInputs, GetNamingConvention) ------
     def _input_order(self):
