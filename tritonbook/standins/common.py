@@ -189,3 +189,28 @@ def announce(pb_utils, backend: str, real_backend: str, config: StandinConfig, d
         f"backend instead. {detail} Its served config says runtime \"model.py\" (this file); "
         "leave that field out of configs for the container, where it selects another runtime."
     )
+
+
+def error_responses(pb_utils, requests, message: str, code=None):
+    """One error response per request: a bad request never takes the model down."""
+    error = pb_utils.TritonError(message, pb_utils.TritonError.INTERNAL if code is None else code)
+    return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+
+
+def responses(pb_utils, per_request):
+    """One response per request from its {output name: array}."""
+    return [
+        pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in tensors.items()]
+        )
+        for tensors in per_request
+    ]
+
+
+def initialize_reporting_internal(pb_utils, initialize, args) -> None:
+    """Run a stand-in's initialize; any failure becomes the TritonModelException the python
+    backend reports (always as Internal, the exception's text as the message)."""
+    try:
+        initialize(args)
+    except Exception as exc:
+        raise pb_utils.TritonModelException(str(exc)) from None

@@ -31,6 +31,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from tritonbook.standins.common import (
+    error_responses,
+    initialize_reporting_internal,
+    responses,
     StandinConfig,
     announce,
     gather_inputs,
@@ -114,10 +117,7 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def initialize(self, args):
-        try:
-            self._initialize(args)
-        except Exception as exc:  # the python backend reports it as Internal, whatever it is
-            raise pb_utils.TritonModelException(str(exc)) from None
+        initialize_reporting_internal(pb_utils, self._initialize, args)
 
     def _initialize(self, args):
         import onnxruntime as ort
@@ -251,7 +251,7 @@ class TritonPythonModel:
         try:
             feeds, sizes = gather_inputs(pb_utils, requests, self.config)
         except ValueError as exc:
-            return _errors(requests, str(exc), pb_utils.TritonError.INVALID_ARG)
+            return error_responses(pb_utils, requests, str(exc), pb_utils.TritonError.INVALID_ARG)
         try:
             results = self.session.run(self.output_names, feeds)
             outputs = dict(zip(self.output_names, results))
@@ -263,16 +263,5 @@ class TritonPythonModel:
                     )
             per_request = split_outputs(outputs, sizes, self.config)
         except Exception as exc:  # the real backend: INTERNAL "onnx runtime error ..."
-            return _errors(requests, f"onnx runtime error: {exc}", pb_utils.TritonError.INTERNAL)
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in tensors.items()]
-            )
-            for tensors in per_request
-        ]
-
-
-def _errors(requests, message, code):
-    """One error response per request: a bad request never takes the model down."""
-    error = pb_utils.TritonError(message, code)
-    return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+            return error_responses(pb_utils, requests, f"onnx runtime error: {exc}", pb_utils.TritonError.INTERNAL)
+        return responses(pb_utils, per_request)

@@ -28,6 +28,9 @@ import triton_python_backend_utils as pb_utils
 
 from tritonbook.instance import instance_device
 from tritonbook.standins.common import (
+    error_responses,
+    initialize_reporting_internal,
+    responses,
     StandinConfig,
     announce,
     gather_inputs,
@@ -46,10 +49,7 @@ TORCH_TYPES = ("TYPE_BOOL", "TYPE_UINT8", "TYPE_INT8", "TYPE_INT16", "TYPE_INT32
 
 class TritonPythonModel:
     def initialize(self, args):
-        try:
-            self._initialize(args)
-        except Exception as exc:  # the python backend reports it as Internal, whatever it is
-            raise pb_utils.TritonModelException(str(exc)) from None
+        initialize_reporting_internal(pb_utils, self._initialize, args)
 
     def _initialize(self, args):
         import torch
@@ -243,14 +243,8 @@ class TritonPythonModel:
         try:
             per_request = self._run(requests)
         except Exception as exc:  # one error response per request, never a crash
-            error = pb_utils.TritonError(str(exc))
-            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in tensors.items()]
-            )
-            for tensors in per_request
-        ]
+            return error_responses(pb_utils, requests, str(exc))
+        return responses(pb_utils, per_request)
 
     def _run(self, requests):
         torch, config = self.torch, self.config

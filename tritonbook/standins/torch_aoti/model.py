@@ -23,7 +23,15 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from tritonbook.instance import instance_device
-from tritonbook.standins.common import StandinConfig, announce, gather_inputs, split_outputs
+from tritonbook.standins.common import (
+    StandinConfig,
+    announce,
+    error_responses,
+    gather_inputs,
+    initialize_reporting_internal,
+    responses,
+    split_outputs,
+)
 
 INDEXED = re.compile(r"^(INPUT|OUTPUT)__(\d+)$")
 
@@ -47,10 +55,7 @@ def _indices(kind, ios):
 
 class TritonPythonModel:
     def initialize(self, args):
-        try:
-            self._initialize(args)
-        except Exception as exc:  # the python backend reports it as Internal, whatever it is
-            raise pb_utils.TritonModelException(str(exc)) from None
+        initialize_reporting_internal(pb_utils, self._initialize, args)
 
     def _initialize(self, args):
         import torch
@@ -85,7 +90,7 @@ class TritonPythonModel:
         try:
             arrays, sizes = gather_inputs(pb_utils, requests, config)
         except ValueError as exc:
-            return _errors(requests, str(exc), pb_utils.TritonError.INVALID_ARG)
+            return error_responses(pb_utils, requests, str(exc), pb_utils.TritonError.INVALID_ARG)
         arguments = [None] * len(config.inputs)
         for io, position in zip(config.inputs, self.input_positions):
             # The package reads memory as laid out at compile time: contiguous.
@@ -101,15 +106,5 @@ class TritonPythonModel:
                 outputs[io.name] = returned[position].detach().cpu().numpy()
             per_request = split_outputs(outputs, sizes, config)
         except Exception as exc:
-            return _errors(requests, f"PyTorch execute failure: {exc}", pb_utils.TritonError.INTERNAL)
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in tensors.items()]
-            )
-            for tensors in per_request
-        ]
-
-
-def _errors(requests, message, code):
-    error = pb_utils.TritonError(message, code)
-    return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+            return error_responses(pb_utils, requests, f"PyTorch execute failure: {exc}", pb_utils.TritonError.INTERNAL)
+        return responses(pb_utils, per_request)
