@@ -6,10 +6,14 @@ in the request), so the same cases run against any server: the embedded one with
 stand-ins (``make test``), or the NGC container (``TRITON_URL=127.0.0.1:8000 pytest
 tests/test_conformance.py``).
 
-The one difference the suite allows, because a python backend cannot avoid it: a failed
-load on a stand-in is reported with status "Internal" (the python backend reports every
-initialize() failure so); the real backends say "Invalid argument". The message itself
-must be the real backend's.
+Two differences the suite allows, each because a python backend cannot avoid it:
+
+* a failed load on a stand-in is reported with status "Internal" (the python backend
+  reports every initialize() failure so); the real backends say "Invalid argument" for
+  most. The message itself must be the real backend's.
+* a case may name ``standin_load_error``: a feature the stand-in does not serve (sequence
+  batching). On the embedded server its load must fail with that message, which names the
+  stand-in; against the container the real answer is checked as usual.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Case:
     expected: dict[str, np.ndarray] | None = None  # outputs
     infer_error: tuple[int, str] | None = None  # HTTP status, part of the message
     log: list[str] = field(default_factory=list)  # lines the embedded server's log must hold
+    standin_load_error: str | None = None  # the stand-in refuses this at load, in these words
 
     @property
     def platform(self) -> str:
@@ -56,6 +61,9 @@ def run(triton, case: Case, model_bytes: bytes) -> None:
     """Load the case's model with its config and files; check the server's answers."""
     files = {f"file:1/{FILE_NAMES[case.platform]}": model_bytes}
     config = dict(case.config, name=case.name)
+    if triton.is_embedded() and case.standin_load_error is not None:
+        _check_standin_refusal(triton, case, config, files)
+        return
     try:
         triton.load(case.name, config=config, files=files)
     except TritonServerError as exc:
@@ -90,6 +98,20 @@ def _check_load_failure(triton, case: Case, exc: TritonServerError) -> None:
     else:
         assert failure.status == case.load_status, failure.raw
     assert triton.is_live()
+
+
+def _check_standin_refusal(triton, case: Case, config: dict, files: dict) -> None:
+    try:
+        triton.load(case.name, config=config, files=files)
+    except TritonServerError as exc:
+        failure = load_failure(exc)
+        assert failure is not None and failure.from_python_stand_in, exc.reason
+        assert case.standin_load_error in failure.message, failure.message
+        assert "stand-in" in failure.message, failure.message
+        assert triton.is_live()
+        return
+    triton.unload(case.name)
+    raise AssertionError(f"{case.name} loaded; the stand-in was to refuse it: {case.standin_load_error}")
 
 
 def _check_inference(triton, case: Case) -> None:

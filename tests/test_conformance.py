@@ -8,7 +8,7 @@ starts, against that server (the NGC container):
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import numpy as np
 import pytest
@@ -143,7 +143,8 @@ ONNX_CASES = [
 
 # libtorch (TorchScript) ------------------------------------------------------------------
 PT = "pytorch_libtorch"
-PT_SRC = "pytorch_backend src/libtorch.cc"
+PT_SRC = "pytorch_backend src/libtorch.cc (main: src/pt/model_instance_state.cc)"
+PT_SRC_STATE = "pytorch_backend src/pt/model_state.cc"
 
 
 class ScaleThenShift(torch.nn.Module):
@@ -163,7 +164,34 @@ class TwoOutputs(torch.nn.Module):
         return x + 1, x * 10
 
 
-SCALE_THEN_SHIFT, IDENTITY, TWO_OUTPUTS = (c.torchscript(m) for m in (ScaleThenShift(), Identity(), TwoOutputs()))
+class ScalarOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum()
+
+
+class ListOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        return [x, x]
+
+
+class Printer(torch.nn.Module):
+    """print() inside TorchScript: the container writes it to the server's stdout (its log)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        print("conformance: TorchScript print of a batch of", x.size(0))
+        return x
+
+
+class WithStart(torch.nn.Module):
+    """A sequence model: the START control arrives as one more argument."""
+
+    def forward(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        return x + start
+
+
+SCALE_THEN_SHIFT, IDENTITY, TWO_OUTPUTS, SCALAR_OUTPUT, LIST_OUTPUT, PRINTER, WITH_START = (
+    c.torchscript(m) for m in (ScaleThenShift(), Identity(), TwoOutputs(), ScalarOutput(), ListOutput(),
+                               Printer(), WithStart()))
 
 
 def pt_io(name, data_type="TYPE_FP32", dims=(3,), **extra):
@@ -209,11 +237,55 @@ PT_CASES = [
            inputs={"INPUT__0": IMG}, expected={"OUTPUT__0": IMG},
            log=["Optimized execution is disabled for model instance 'pt_parameters_logged'",
                 "Inference Mode is enabled for model instance 'pt_parameters_logged'"]),
-    c.Case("pt_missing_output_index", f"{PT_SRC} ReadOutputTensors", TWO_OUTPUTS,
+    c.Case("pt_all_parameters_logged", f"{PT_SRC_STATE} ParseParameters (INFO lines, in order)", IDENTITY,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4,
+                    parameters={key: {"string_value": value} for key, value in (
+                        ("DISABLE_CUDNN", "true"), ("ENABLE_TENSOR_FUSER", "false"),
+                        ("ENABLE_WEIGHT_SHARING", "false"), ("ENABLE_JIT_PROFILING", "false"),
+                        ("ENABLE_JIT_EXECUTOR", "true"))}),
+           inputs={"INPUT__0": IMG}, expected={"OUTPUT__0": IMG},
+           log=[f"{label} for model instance 'pt_all_parameters_logged'" for label in (
+               "Optimized execution is enabled", "Cache Cleaning is disabled", "Inference Mode is enabled",
+               "cuDNN is disabled", "Tensor fuser is disabled", "Weight sharing is disabled",
+               "Jit profiling is disabled", "Jit executor is enabled")]),
+    c.Case("pt_no_outputs", f"{PT_SRC} ValidateOutputs (no outputs)", IDENTITY,
+           c.config(PT, [pt_io("INPUT__0")], [], max_batch_size=4),
+           load_error="model configuration must contain at least one output, none were specified.",
+           load_status="Internal"),
+    c.Case("pt_missing_output_index", f"{PT_SRC} ReadOutputTensors (output index)", TWO_OUTPUTS,
            c.config(PT, [pt_io("INPUT__0")], [pt_io("OUTPUT__0"), pt_io("OUTPUT__2")], max_batch_size=4),
            inputs={"INPUT__0": IMG},
-           infer_error=(None, "The output OUTPUT__2 in the model configuration refers to an output index "
-                              "which doesn't exist. This model has 2 outputs")),
+           infer_error=(400, "The output OUTPUT__2 in the model configuration refers to an output index "
+                             "which doesn't exist. This model has 2 outputs")),
+    c.Case("pt_output_dtype", f"server qa/L0_libtorch_output_validation; {PT_SRC} SetOutputTensors", IDENTITY,
+           c.config(PT, [pt_io("INPUT__0")], [pt_io("OUTPUT__0", "TYPE_INT32")], max_batch_size=4),
+           inputs={"INPUT__0": IMG},
+           infer_error=(400, "configuration expects datatype TYPE_INT32 for output 'OUTPUT__0', "
+                             "model provides TYPE_FP32")),
+    c.Case("pt_scalar_output", f"{PT_SRC} SetOutputTensors (scalar)", SCALAR_OUTPUT,
+           c.config(PT, [pt_io("INPUT__0")], [pt_io("OUTPUT__0", dims=(1,))]),
+           inputs={"INPUT__0": np.ones(3, np.float32)},
+           infer_error=(400, "output 'OUTPUT__0' is a scalar which is not supported.")),
+    c.Case("pt_list_of_tensors", f"{PT_SRC} Execute (output kinds)", LIST_OUTPUT,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4),
+           inputs={"INPUT__0": IMG},
+           infer_error=(500, "PyTorch execute failure: output must be of type Tensor, List[str] or Tuple "
+                             "containing one of these two types. It should not be a List / Dictionary of "
+                             "Tensors or a Scalar")),
+    c.Case("pt_print_in_log", "TorchScript print() writes to the server's stdout", PRINTER,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4),
+           inputs={"INPUT__0": IMG}, expected={"OUTPUT__0": IMG},
+           log=["conformance: TorchScript print of a batch of 2"]),
+    c.Case("pt_sequence_start", f"{PT_SRC} ValidateBooleanSequenceControl; server core sequence_batch_scheduler",
+           WITH_START,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4,
+                    sequence_batching={"control_input": [{"name": "START__1", "control": [
+                        {"kind": "CONTROL_SEQUENCE_START", "fp32_false_true": [0, 1]}]}]}),
+           # Loaded: the sequence batcher then refuses a request without a correlation ID.
+           inputs={"INPUT__0": IMG},
+           infer_error=(400, "inference request to model 'pt_sequence_start' must specify a non-zero or "
+                             "non-empty correlation ID"),
+           standin_load_error="does not serve sequence_batching"),
 ]
 
 
@@ -252,6 +324,13 @@ AOTI_CASES = [
            inputs={"INPUT__0": A3, "INPUT__1": B3},
            expected={"OUTPUT__0": 2 * A3 + B3, "OUTPUT__1": A3.sum(axis=1, keepdims=True)},
            log=["tritonbook loaded this model with a config override that adds backend 'torch_aoti_standin'"]),
+    c.Case("aoti_forward_names", "pytorch_backend README (torch_aoti, forward-based names ARGS[i] / RESULT[i])",
+           aoti_package,
+           c.config(AOTI, [c.io_spec("ARGS[1]", "TYPE_FP32", [3]), c.io_spec("ARGS[0]", "TYPE_FP32", [3])],
+                    [c.io_spec("RESULT[1]", "TYPE_FP32", [1]), c.io_spec("RESULT[0]", "TYPE_FP32", [3])],
+                    max_batch_size=8),
+           inputs={"ARGS[0]": A3, "ARGS[1]": B3},
+           expected={"RESULT[0]": 2 * A3 + B3, "RESULT[1]": A3.sum(axis=1, keepdims=True)}),
 ]
 
 CASES = ONNX_CASES + PT_CASES + AOTI_CASES

@@ -309,3 +309,18 @@ def test_the_image_pins_equal_requirements(instructions):
     for name, version in image.items():
         assert name in wanted, f"{name} is pinned in the Dockerfile but not in requirements.txt"
         assert wanted[name] == version, f"{name}=={version} in the Dockerfile, {name}=={wanted[name]} in requirements.txt"
+
+
+def test_the_backend_libtorch_version_is_read_from_the_library(tmp_path):
+    # The way book/setup.md tells a reader to read the container's libtorch version, tried
+    # on the libtorch of this environment (the wheel's libtorch_cpu.so).
+    import torch
+
+    from tritonbook.libtorch_version import libtorch_version
+
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    assert libtorch_version(library) == torch.__version__.split("+")[0]
+    empty = tmp_path / "libtorch_cpu.so"
+    empty.write_bytes(b"\x00pytorch\x00no version here\x00")
+    with pytest.raises(ValueError, match="found none"):
+        libtorch_version(empty)

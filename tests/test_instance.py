@@ -13,7 +13,7 @@ PACKAGE = Path(repository.__file__).parent
 # Every python model of the book, and the stand-in backends (also python models).
 PYTHON_MODELS = sorted(repository.REPOSITORY.glob("*/1/model.py")) + sorted(PACKAGE.glob("standins/*/model.py"))
 # What loads or runs a network in a python model.
-RUNS_A_NETWORK = re.compile(r"torch\.jit\.load|InferenceSession\(")
+RUNS_A_NETWORK = re.compile(r"torch\.jit\.load|InferenceSession\(|aoti_load_package\(")
 
 
 def test_cpu_and_model_kinds_run_on_the_cpu():
@@ -34,7 +34,7 @@ def test_a_gpu_instance_gets_its_own_gpu_or_a_clear_error():
 def test_the_models_that_run_a_network_are_found():
     names = {p.parent.parent.name if p.parent.name == "1" else p.parent.name
              for p in PYTHON_MODELS if RUNS_A_NETWORK.search(p.read_text())}
-    assert {"face_restore_python", "pytorch", "onnxruntime"} <= names, names
+    assert {"face_restore_python", "pytorch", "onnxruntime", "torch_aoti"} <= names, names
 
 
 @pytest.mark.parametrize("path", PYTHON_MODELS, ids=lambda p: "/".join(p.parts[-3:]))

@@ -28,3 +28,20 @@ def test_failed_run_is_stored_as_failed(tmp_path):
         notebooks.execute(path)
     assert nbformat.read(path, as_version=4).metadata["tritonbook"]["succeeded"] is False
     assert notebooks.main([str(path)]) == 1
+
+
+def test_make_test_remote_runs_every_notebook_that_reaches_a_server():
+    # test-remote picks its notebooks by the call that connects them to Triton; a notebook
+    # that reached a server some other way would silently miss the remote run.
+    import re
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = subprocess.run(["make", "-s", "-C", str(root), "--eval", "show:;@echo $(SERVER_NOTEBOOKS)", "show"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    reaches = re.compile(r"server\.(start|remote_from_environment|EmbeddedTriton)\(|TRITON_URL")
+    using = sorted(str(p.relative_to(root)) for p in [*root.glob("notebooks/*.ipynb"), root / "book/workshop.ipynb"]
+                   if reaches.search(p.read_text()))
+    assert sorted(listed) == using
+    assert {"notebooks/00_environment.ipynb", "notebooks/06_pipelines.ipynb"} <= set(listed)

@@ -93,3 +93,15 @@ def test_blur_kernels_move_with_the_network_but_are_not_saved():
     assert not set(kernels) & set(net.state_dict())
     assert isinstance(UpFirDnUpsample((1, 3, 3, 1)).kernel, torch.Tensor)
     assert "kernel" in dict(UpFirDnSmooth((1, 3, 3, 1), downsample_factor=2).named_buffers())
+
+
+def test_aoti_packages_are_pinned_to_the_device_they_were_compiled_for():
+    # An AOTInductor package is compiled code for one device: unlike TorchScript it cannot
+    # be made portable. The book compiles it on the CPU, so its config must keep it there;
+    # the stand-in refuses a mismatch at load (compile it on the GPU box for KIND_GPU).
+    aoti_models = sorted({model for model, files in repository.BUILDERS.items()
+                          for relative, _ in files if relative.endswith(".pt2")})
+    assert aoti_models == ["gfpgan_aoti"]
+    for model in aoti_models:
+        groups = repository.read_config(model)["instance_group"]
+        assert groups and all(group["kind"] == "KIND_CPU" for group in groups), groups

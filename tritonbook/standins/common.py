@@ -1,4 +1,4 @@
-"""What both stand-in backends share: reading the config, batching, logging.
+"""What the stand-in backends share: reading the config, batching, logging.
 
 This runs inside the python backend's stub, which provides
 ``triton_python_backend_utils``; nothing here imports torch or onnxruntime.
@@ -66,6 +66,7 @@ class StandinConfig:
     instance_name: str
     instance_kind: str  # "CPU", "GPU" or "MODEL"
     device_id: int
+    sequence_batching: bool = False  # the config has a sequence_batching block
 
     @classmethod
     def from_args(cls, args: dict, default_filename: str) -> "StandinConfig":
@@ -95,7 +96,17 @@ class StandinConfig:
             instance_name=args.get("model_instance_name", args["model_name"]),
             instance_kind=args.get("model_instance_kind", "CPU"),
             device_id=int(args.get("model_instance_device_id", 0) or 0),
+            sequence_batching="sequence_batching" in config,
         )
+
+    def refuse_sequence_batching(self, backend: str) -> None:
+        """Stand-ins serve no sequence batching: say so at load rather than fail per request."""
+        if self.sequence_batching:
+            raise ValueError(
+                f"the book's stand-in for the {backend} backend does not serve sequence_batching "
+                f"(model '{self.model_name}'); the NGC container's {backend} backend does, with "
+                "control inputs (START, END, READY, CORRID) and states as extra model inputs"
+            )
 
     def flag(self, key: str, default: bool) -> bool:
         """A boolean parameter as Triton's backends read them ("true"/"false")."""

@@ -123,6 +123,7 @@ class TritonPythonModel:
         import onnxruntime as ort
 
         self.config = config = StandinConfig.from_args(args, "model.onnx")
+        config.refuse_sequence_batching("onnxruntime")
         path = os.path.join(config.model_dir, config.version, config.default_model_filename)
         if os.path.isdir(path):
             path = os.path.join(path, "model.onnx")

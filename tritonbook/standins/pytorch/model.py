@@ -17,11 +17,14 @@ contract of the real backend (pytorch_backend ``src/libtorch.cc``, r24.10):
 * the same error texts for a config that does not match the model.
 
 The NGC container serves the same configs with the real C++ backend.
-Not reproduced: string tensors, Dict(str, Tensor) inputs, sequence batching state,
-CUDA graphs/streams, weight sharing across instances, cache cleaning.
+Not reproduced, each refused or logged where a config asks for it: string tensors,
+Dict(str, Tensor) inputs, sequence batching (control inputs and state), weight sharing
+across instances, cache cleaning, server-wide thread settings. CUDA streams are not
+reproduced either.
 """
 
 import os
+import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -40,6 +43,10 @@ from tritonbook.standins.common import (
 
 def _error(message):
     return pb_utils.TritonModelException(message)
+
+
+class InvalidArgument(ValueError):
+    """An error the real backend answers with INVALID_ARG (HTTP 400), not INTERNAL (500)."""
 
 
 # Data types libtorch has a tensor type for (libtorch_utils ModelConfigDataTypeToTorchType).
@@ -61,6 +68,7 @@ class TritonPythonModel:
             if io.optional:
                 raise ValueError(f"'optional' is set to true for input '{io.name}' while the backend "
                                  "model doesn't support optional input")
+        config.refuse_sequence_batching("pytorch")
         self._apply_parameters()
         path = os.path.join(config.model_dir, config.version, config.default_model_filename)
         if not os.path.exists(path):
@@ -108,36 +116,46 @@ class TritonPythonModel:
         name = config.instance_name
         self.inference_mode = config.flag("INFERENCE_MODE", True)
         self.optimized_execution = not config.flag("DISABLE_OPTIMIZED_EXECUTION", False)
+        cleaning = config.flag("ENABLE_CACHE_CLEANING", False)
         cudnn = not config.flag("DISABLE_CUDNN", False)
         torch.backends.cudnn.enabled = cudnn
-        # The settings the real backend reports at load, in its words (ParseParameters:
-        # only for a config with parameters; it names the model).
-        if config.parameters:
-            cleaning = config.flag("ENABLE_CACHE_CLEANING", False)
-            for label, on in (("Optimized execution", self.optimized_execution), ("Cache Cleaning", cleaning),
-                              ("Inference Mode", self.inference_mode)):
-                pb_utils.Logger.log_info(
-                    f"{label} is {'enabled' if on else 'disabled'} for model instance '{config.model_name}'")
         # The TorchScript switches, as libtorch.cc sets them (process-wide in torch).
         switches = {
-            "ENABLE_JIT_EXECUTOR": torch._C._jit_set_profiling_executor,
-            "ENABLE_JIT_PROFILING": torch._C._jit_set_profiling_mode,
-            "ENABLE_TENSOR_FUSER": torch._C._jit_set_texpr_fuser_enabled,
+            "ENABLE_TENSOR_FUSER": ("Tensor fuser", torch._C._jit_set_texpr_fuser_enabled),
+            "ENABLE_WEIGHT_SHARING": ("Weight sharing", None),
+            "ENABLE_JIT_PROFILING": ("Jit profiling", torch._C._jit_set_profiling_mode),
+            "ENABLE_JIT_EXECUTOR": ("Jit executor", torch._C._jit_set_profiling_executor),
         }
-        for key, switch in switches.items():
+        # pt/model_state.cc ParseParameters logs each setting at load, in this order, only
+        # for a config with parameters: the first four always, the others when given.
+        lines = []
+        if config.parameters:
+            lines = [("Optimized execution", self.optimized_execution), ("Cache Cleaning", cleaning),
+                     ("Inference Mode", self.inference_mode), ("cuDNN", cudnn)]
+        for key, (label, switch) in switches.items():
             if key in config.parameters:
-                switch(config.flag(key, True))
+                on = config.flag(key, False)
+                lines.append((label, on))
+                if switch is not None:
+                    switch(on)
+        for label, on in lines:
+            pb_utils.Logger.log_info(
+                f"{label} is {'enabled' if on else 'disabled'} for model instance '{config.model_name}'")
         # Threads: the container's backend sets these once for the whole server (the first
         # model that names them wins); a stand-in instance is its own process.
         intra = config.integer("INTRA_OP_THREAD_COUNT")
         inter = config.integer("INTER_OP_THREAD_COUNT")
         if intra is not None and intra > 0:
             torch.set_num_threads(intra)
+            pb_utils.Logger.log_info(f"Intra op thread count is set to {torch.get_num_threads()} "
+                                     f"for model instance '{config.model_name}'")
         if inter is not None and inter > 0:
             try:
                 torch.set_num_interop_threads(inter)
             except RuntimeError:  # only possible before torch's first parallel work
-                pb_utils.Logger.log_warn("INTER_OP_THREAD_COUNT ignored: torch already started its pool")
+                pass  # the real backend ignores this failure too
+            pb_utils.Logger.log_info(f"Inter op thread count is set to {torch.get_num_interop_threads()} "
+                                     f"for model instance '{config.model_name}'")
         if (intra or 0) > 0 or (inter or 0) > 0:
             pb_utils.Logger.log_warn(
                 f"[tritonbook] {name}: INTRA_OP_THREAD_COUNT/INTER_OP_THREAD_COUNT apply to this "
@@ -145,8 +163,7 @@ class TritonPythonModel:
                 "model that sets them fixes them for every model, for the server's life."
             )
         for ignored in ("ENABLE_WEIGHT_SHARING", "ENABLE_CACHE_CLEANING"):
-            if ignored in config.parameters:
-                config.flag(ignored, False)  # an invalid value still fails the load
+            if config.flag(ignored, False):
                 pb_utils.Logger.log_warn(
                     f"[tritonbook] {ignored} has no effect in the stand-in (one process per instance)")
 
@@ -242,8 +259,14 @@ class TritonPythonModel:
     def execute(self, requests):
         try:
             per_request = self._run(requests)
+        except InvalidArgument as exc:
+            return error_responses(pb_utils, requests, str(exc), pb_utils.TritonError.INVALID_ARG)
         except Exception as exc:  # one error response per request, never a crash
             return error_responses(pb_utils, requests, str(exc))
+        finally:
+            # print() inside TorchScript writes to this process's sys.stdout, which is the
+            # server log but buffered; in the container it goes straight to the server's stdout.
+            sys.stdout.flush()
         return responses(pb_utils, per_request)
 
     def _run(self, requests):
@@ -261,36 +284,40 @@ class TritonPythonModel:
         try:
             with grad_mode, torch.jit.optimized_execution(self.optimized_execution):
                 result = self.model(*arguments)
-        except Exception as exc:
+            returned = self._returned(result)
+        except Exception as exc:  # Execute(): one INTERNAL error for anything thrown here
             raise RuntimeError(f"PyTorch execute failure: {exc}") from exc
-        outputs = self._outputs(result)
+        outputs = self._outputs(returned)
         return split_outputs(outputs, sizes, config)
 
-    def _outputs(self, result):
-        torch, config = self.torch, self.config
+    def _returned(self, result):
+        torch = self.torch
         if isinstance(result, torch.Tensor):
-            returned = [result]
-        elif isinstance(result, tuple) and all(isinstance(r, torch.Tensor) for r in result):
-            returned = list(result)
-        else:
-            raise RuntimeError(
-                "output must be of type Tensor, List[str] or Tuple containing one of these "
-                "two types. It should not be a List / Dictionary of Tensors or a Scalar"
-            )
+            return [result]
+        if isinstance(result, tuple) and all(isinstance(r, torch.Tensor) for r in result):
+            return list(result)
+        raise ValueError(
+            "output must be of type Tensor, List[str] or Tuple containing one of these "
+            "two types. It should not be a List / Dictionary of Tensors or a Scalar"
+        )
+
+    def _outputs(self, returned):
+        """ReadOutputTensors: a config that does not fit the outputs is INVALID_ARG there."""
+        config = self.config
         outputs = {}
         for io in config.outputs:
             index = self.output_index[io.name]
             if index >= len(returned):
-                raise RuntimeError(
+                raise InvalidArgument(
                     f"The output {io.name} in the model configuration refers to an output "
                     f"index which doesn't exist. This model has {len(returned)} outputs"
                 )
             tensor = returned[index]
             if tensor.dim() == 0:
-                raise RuntimeError(f"output '{io.name}' is a scalar which is not supported.")
+                raise InvalidArgument(f"output '{io.name}' is a scalar which is not supported.")
             array = tensor.detach().cpu().numpy()
             if array.dtype != np.dtype(io.dtype):
-                raise RuntimeError(
+                raise InvalidArgument(
                     f"configuration expects datatype {io.triton_type} for output "
                     f"'{io.name}', model provides {triton_type_of(array.dtype)}"
                 )

@@ -9,11 +9,12 @@ repository keeps the container's config unchanged.
 It serves ``model.pt2``, an AOTInductor package from
 ``torch._inductor.aoti_compile_and_package``, with the torch of the book's environment,
 following the naming of the pinned container (pytorch_backend README, 26.05+): inputs
-``INPUT__<i>`` are the package's positional arguments in index order, outputs
-``OUTPUT__<i>`` its results in index order. With ``max_batch_size > 0`` the requests of
+``INPUT__<i>`` (or ``ARGS[i]``) are the package's positional arguments in index order,
+outputs ``OUTPUT__<i>`` (or ``RESULT[i]``, ``RESULT`` for a single tensor) its results. With ``max_batch_size > 0`` the requests of
 one execution are concatenated on dim 0 and the outputs split back.
 
-Not reproduced: ``ARGS[i]`` / ``KWARGS[k]`` names, weight sharing, CUDA streams.
+Not reproduced: dictionary and keyword-argument names (``KWARGS[k]``, ``ARGS[i][k]``,
+``RESULT[k]``), sequence batching, weight sharing, CUDA streams.
 """
 
 import os
@@ -33,21 +34,28 @@ from tritonbook.standins.common import (
     split_outputs,
 )
 
-INDEXED = re.compile(r"^(INPUT|OUTPUT)__(\d+)$")
+# Flat positions in the call specification: ordinal names, or the forward-based names of
+# plain positional tensors and tuple results. RESULT alone names a single-tensor output.
+POSITION = {
+    "input": re.compile(r"^(?:INPUT__(\d+)|ARGS\[(\d+)\])$"),
+    "output": re.compile(r"^(?:OUTPUT__(\d+)|RESULT\[(\d+)\]|RESULT)$"),
+}
 
 
 def _indices(kind, ios):
-    """Position of each config tensor: the <i> of INPUT__<i> / OUTPUT__<i>."""
-    prefix = kind.upper()
+    """Position of each config tensor in the package's flat arguments or results."""
     positions = []
     for io in ios:
-        match = INDEXED.match(io.name)
-        if match is None or match.group(1) != prefix:
+        match = POSITION[kind].match(io.name)
+        if match is None:
+            ordinal = "INPUT__<i> or ARGS[i]" if kind == "input" else "OUTPUT__<i>, RESULT[i] or RESULT"
             raise ValueError(
-                f"{kind} '{io.name}' does not follow the {prefix}__<index> naming that the "
-                f"torch_aoti platform uses (pytorch_backend 26.05+)"
+                f"{kind} '{io.name}': the book's stand-in for torch_aoti serves {ordinal}; the NGC "
+                "container also addresses dictionary entries and keyword arguments "
+                "(KWARGS[k], ARGS[i][k], RESULT[k]; pytorch_backend README, 26.05+)"
             )
-        positions.append(int(match.group(2)))
+        index = match.group(1) or match.group(2)
+        positions.append(int(index) if index is not None else 0)
     if sorted(positions) != list(range(len(positions))):
         raise ValueError(f"{kind} indices must be 0..{len(positions) - 1}, got {sorted(positions)}")
     return positions
@@ -62,6 +70,7 @@ class TritonPythonModel:
 
         self.torch = torch
         self.config = config = StandinConfig.from_args(args, "model.pt2")
+        config.refuse_sequence_batching("torch_aoti")
         path = os.path.join(config.model_dir, config.version, config.default_model_filename)
         if not os.path.exists(path):
             raise ValueError(f"unable to find '{path}' for model instance '{config.instance_name}'")
@@ -98,7 +107,10 @@ class TritonPythonModel:
         try:
             with torch.inference_mode():
                 result = self.package(*arguments)
-            returned = [result] if isinstance(result, torch.Tensor) else list(result)
+            single = isinstance(result, torch.Tensor)
+            returned = [result] if single else list(result)
+            if not single and any(io.name == "RESULT" for io in config.outputs):
+                raise RuntimeError(f"the package returns {len(returned)} outputs: name them RESULT[i]")
             outputs = {}
             for io, position in zip(config.outputs, self.output_positions):
                 if position >= len(returned):
