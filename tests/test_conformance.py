@@ -8,7 +8,7 @@ starts, against that server (the NGC container):
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -182,6 +182,13 @@ class Printer(torch.nn.Module):
         return x
 
 
+class DictInput(torch.nn.Module):
+    """One Dict(str, Tensor) argument: the config's inputs are its keys."""
+
+    def forward(self, x: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return x["image"] * x["scale"]
+
+
 class WithStart(torch.nn.Module):
     """A sequence model: the START control arrives as one more argument."""
 
@@ -189,9 +196,9 @@ class WithStart(torch.nn.Module):
         return x + start
 
 
-SCALE_THEN_SHIFT, IDENTITY, TWO_OUTPUTS, SCALAR_OUTPUT, LIST_OUTPUT, PRINTER, WITH_START = (
+SCALE_THEN_SHIFT, IDENTITY, TWO_OUTPUTS, SCALAR_OUTPUT, LIST_OUTPUT, PRINTER, WITH_START, DICT_INPUT = (
     c.torchscript(m) for m in (ScaleThenShift(), Identity(), TwoOutputs(), ScalarOutput(), ListOutput(),
-                               Printer(), WithStart()))
+                               Printer(), WithStart(), DictInput()))
 
 
 def pt_io(name, data_type="TYPE_FP32", dims=(3,), **extra):
@@ -276,6 +283,10 @@ PT_CASES = [
            c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4),
            inputs={"INPUT__0": IMG}, expected={"OUTPUT__0": IMG},
            log=["conformance: TorchScript print of a batch of 2"]),
+    c.Case("pt_dict_input", f"{PT_SRC} ValidateInputs (a single Dict(str, Tensor) input)", DICT_INPUT,
+           c.config(PT, [pt_io("scale"), pt_io("image")], OUT0, max_batch_size=4),
+           inputs={"image": IMG, "scale": SCL}, expected={"OUTPUT__0": IMG * SCL},
+           standin_load_error="does not serve a Dict(str, Tensor) input"),
     c.Case("pt_sequence_start", f"{PT_SRC} ValidateBooleanSequenceControl; server core sequence_batch_scheduler",
            WITH_START,
            c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4,
