@@ -228,3 +228,13 @@ def test_request_counts_wait_for_the_statistics(book_server):
     started = time.monotonic()
     assert request_counts(book_server, "affine_python", grown_from=after, timeout=0.3) == after
     assert time.monotonic() - started >= 0.3
+
+
+def test_the_wheel_has_one_stub_per_python_and_the_server_uses_this_ones():
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stubs = server.python_stubs()
+    assert {"3.10", "3.11", "3.12"} <= set(stubs) and version in stubs
+    line = server.stub_libpython(stubs[version])
+    assert line.startswith(f"libpython{version}.so") and "not found" not in line
+    other = next(v for v in stubs if v != version)
+    assert server.stub_libpython(stubs[other]).startswith(f"libpython{other}.so")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LoadResult", "run", "sweep", "results_table", "plot_sweeps", "perf_analyzer_command",
+__all__ = ["LoadResult", "run", "sweep", "compare_throughput", "results_table", "plot_sweeps", "perf_analyzer_command",
            "executions_by_batch_size", "statistics_table"]
 
 
@@ -38,6 +38,8 @@ class LoadResult:
     batch: int  # images (rows) per request
     latencies: tuple[float, ...] = field(repr=False)  # seconds, in completion order
     wall: float  # seconds from the first send to the last answer
+    # When each answer arrived, in seconds from the first send, in completion order.
+    completions: tuple[float, ...] = field(default=(), repr=False)
 
     @property
     def requests(self) -> int:
@@ -47,6 +49,20 @@ class LoadResult:
     def throughput(self) -> float:
         """Inferences (rows) per second over the whole run."""
         return self.requests * self.batch / self.wall
+
+    def window_throughputs(self, windows: int = 3) -> list[float]:
+        """Inferences per second in each of ``windows`` equal slices of the run's time.
+
+        Their range is this run's spread of throughput: a closed loop starts and ends
+        with workers idle or out of step, and a short run shows it.
+        """
+        if not self.completions:
+            raise ValueError("this result has no completion times")
+        width = self.wall / windows
+        counts = [0] * windows
+        for t in self.completions:
+            counts[min(int(t / width), windows - 1)] += self.batch
+        return [count / width for count in counts]
 
     @property
     def median(self) -> float:
@@ -134,6 +150,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
 
     workers = [_Worker(triton, model, inputs, outputs, protocol, timeout) for _ in range(concurrency)]
     latencies: list[float] = []
+    finished: list[float] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
     remaining = [total]
@@ -169,6 +186,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
                 return
             with lock:
                 latencies.append(elapsed)
+                finished.append(start + elapsed)
 
     threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in workers]
     try:
@@ -185,7 +203,24 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
             w.close()
     if errors:
         raise errors[0]
-    return LoadResult(model, protocol, concurrency, batch, tuple(latencies), wall)
+    return LoadResult(model, protocol, concurrency, batch, tuple(latencies), wall,
+                      tuple(t - started for t in finished))
+
+
+def compare_throughput(this: LoadResult, other: LoadResult, windows: int = 3) -> str:
+    """One verdict line: the ratio of throughputs, and whether it is outside the spread.
+
+    The spread of each run is the range of its window throughputs; the ratio's range runs
+    from this run's lowest window over the other's highest to the reverse. When the two
+    ranges overlap, the line says the difference is inside the spread of these runs.
+    """
+    a, b = this.window_throughputs(windows), other.window_throughputs(windows)
+    ratio = this.throughput / other.throughput
+    low, high = min(a) / max(b), (max(a) / min(b) if min(b) > 0 else float("inf"))
+    line = f"{ratio:.2f}x (window range {low:.2f}-{high:.2f})"
+    if min(a) <= max(b) and min(b) <= max(a):
+        return line + ", inside the spread of these runs"
+    return line + ", outside the spread of these runs"
 
 
 def sweep(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str],
@@ -249,7 +284,11 @@ def executions_by_batch_size(triton, model: str, version: str = "") -> dict[int,
 
 def statistics_table(triton, models: Sequence[str]):
     """The server's statistics for ``models``: counts, and mean milliseconds per request
-    spent queued and in each compute phase (input copy, inference, output copy)."""
+    spent queued and in each compute phase (input copy, inference, output copy).
+
+    ``requests`` is the count of successful requests; ``inferences`` is the server's
+    ``inference_count``, one per batch element (image), so a request of three images adds
+    three; ``executions`` counts runs of the model."""
     import pandas as pd
 
     rows = []
@@ -257,7 +296,9 @@ def statistics_table(triton, models: Sequence[str]):
         for entry in triton.http().get_inference_statistics(model)["model_stats"]:
             stats = entry["inference_stats"]
             row = {"model": model, "version": entry["version"],
-                   "requests": int(entry["inference_count"]), "executions": int(entry["execution_count"]),
+                   "requests": int(stats["success"]["count"]),
+                   "inferences": int(entry["inference_count"]),
+                   "executions": int(entry["execution_count"]),
                    "failed": int(stats["fail"]["count"])}
             for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
                 count = int(stats[phase]["count"])

@@ -314,6 +314,11 @@ class EmbeddedTriton(Triton):
         return f"EmbeddedTriton(http={self.http_url}, grpc={self.grpc_url}, {state})"
 
     @property
+    def stub(self) -> Path:
+        """The python backend stub this server runs (the wheel's, for this Python)."""
+        return self.backends_dir / "python" / "triton_python_backend_stub"
+
+    @property
     def pid(self) -> int:
         return self.process.pid
 
@@ -454,6 +459,30 @@ def _wheel_paths() -> _Wheel:
             f"{sys.version_info.major}.{sys.version_info.minor} ({wheel.stub})"
         )
     return wheel
+
+
+def python_stubs() -> dict[str, Path]:
+    """The python backend stubs in the nvidia-pytriton wheel: Python version -> stub.
+
+    A stub embeds one CPython minor version; the embedded server copies the one for the
+    Python running this process (``EmbeddedTriton.stub``).
+    """
+    folder = _wheel_paths().root / "python_backend_stubs"
+    found = {p.parent.name: p for p in folder.glob("*/triton_python_backend_stub")}
+    return dict(sorted(found.items(), key=lambda item: tuple(map(int, item[0].split(".")))))
+
+
+def stub_libpython(stub: str | os.PathLike) -> str:
+    """The libpython a stub links against, from ``ldd`` (with the server's library path)."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        raise TritonServerError("ldd is not installed: cannot read the stub's libraries")
+    result = subprocess.run([ldd, str(stub)], capture_output=True, text=True,
+                            env=_server_environment(_wheel_paths()))
+    lines = [line.strip() for line in result.stdout.splitlines() if "libpython" in line]
+    if len(lines) != 1:
+        raise TritonServerError(f"{stub}: expected one libpython in ldd's answer, got {lines}")
+    return lines[0]
 
 
 def _prepare_backends(target: Path) -> Path:
