@@ -90,6 +90,15 @@ def test_extension_builds_cpu_kernels(ext):
     assert load_extension() is ext  # cached in-process
 
 
+def test_the_kernels_float_instructions_are_read_from_the_built_library(ext):
+    for kernel in ("forward_cpu_kernelIf", "backward_cpu_kernelIf"):
+        counts = cpp_ops.float_instructions(kernel)
+        assert set(counts) == {"scalar", "packed", "conditional jumps"}
+        assert counts["scalar"] + counts["packed"] > 0, (kernel, counts)
+    with pytest.raises(RuntimeError, match="expected one OpenMP body"):
+        cpp_ops.float_instructions("no_such_kernel")
+
+
 def test_missing_build_tools_are_named(monkeypatch):
     from torch.utils import cpp_extension
 

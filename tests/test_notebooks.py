@@ -1,5 +1,8 @@
 """The notebook runner behind `make book`: outputs and run metadata written back."""
 
+import json
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -45,3 +48,17 @@ def test_make_test_remote_runs_every_notebook_that_reaches_a_server():
                    if reaches.search(p.read_text()))
     assert sorted(listed) == using
     assert {"notebooks/00_environment.ipynb", "notebooks/06_pipelines.ipynb"} <= set(listed)
+
+
+CHAPTERS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_each_chapter_ends_with_its_corrections_of_the_sources(chapter):
+    # Issue 15: every chapter closes with a "Where the source is wrong" box that says what
+    # the source said, what holds, and the evidence; at least one entry in bold.
+    cells = json.loads(chapter.read_text())["cells"]
+    last = "".join(cells[-1]["source"])
+    assert cells[-1]["cell_type"] == "markdown"
+    assert last.startswith("```{admonition} Where the source is wrong"), last[:80]
+    assert last.rstrip().endswith("```") and "- **" in last

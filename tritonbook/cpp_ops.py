@@ -43,6 +43,7 @@ __all__ = [
     "UpFirDn2dFunction",
     "fused_leaky_relu_ext",
     "upfirdn2d_ext",
+    "float_instructions",
 ]
 
 #: The C++/CUDA sources, next to this package.
@@ -287,3 +288,40 @@ def upfirdn2d_ext(x: torch.Tensor, kernel: torch.Tensor, up: int = 1, down: int 
         raise ValueError(f"upfirdn2d_ext: pad must be (p0, p1) or (x0, x1, y0, y1), got {pad!r}")
     kernel = kernel.detach().to(device=x.device, dtype=x.dtype).contiguous()
     return UpFirDn2dFunction.apply(x, kernel, _pair(up, "up"), _pair(down, "down"), pad)
+
+
+def float_instructions(kernel: str = "forward_cpu_kernelIf") -> dict[str, int]:
+    """How the compiled CPU kernel does its float arithmetic, read from its machine code.
+
+    Disassembles the built extension with ``objdump`` and counts, in the OpenMP body of
+    the kernel whose mangled name contains ``kernel``, the SSE/AVX float instructions:
+    ``scalar`` ones (``...ss``: one float at a time) and ``packed`` ones (``...ps``: 4, 8
+    or 16 floats at a time), plus the conditional jumps. A loop with only scalar
+    instructions was not vectorised by the compiler.
+    """
+    import re
+    import subprocess
+
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        raise RuntimeError("objdump (binutils) is not installed")
+    library = load_extension().__file__
+    listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", library], capture_output=True,
+                             text=True, check=True).stdout
+    bodies = [block for block in listing.split("\n\n")
+              if kernel in block.split("\n", 1)[0] and "_omp_fn" in block.split("\n", 1)[0]
+              and ".cold" not in block.split("\n", 1)[0]]
+    if len(bodies) != 1:
+        raise RuntimeError(f"expected one OpenMP body for {kernel!r}, found {len(bodies)}")
+    mnemonics = re.findall(r"^\s*[0-9a-f]+:\s+(\S+)", bodies[0], flags=re.MULTILINE)
+    arithmetic = ("add", "sub", "mul", "div", "max", "min", "cmp", "comi", "ucomi")
+    counts = {"scalar": 0, "packed": 0, "conditional jumps": 0}
+    for name in mnemonics:
+        bare = name[1:] if name.startswith("v") else name
+        if bare.endswith("ss") and bare[:-2] in arithmetic:
+            counts["scalar"] += 1
+        elif bare.endswith("ps") and bare[:-2] in arithmetic:
+            counts["packed"] += 1
+        elif name.startswith("j") and name != "jmp":
+            counts["conditional jumps"] += 1
+    return counts
