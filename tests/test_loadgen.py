@@ -28,27 +28,27 @@ def test_run_counts_every_request(triton, protocol, concurrency):
     q1, q3 = result.quartiles
     assert q1 <= result.median <= q3 <= result.percentile(90) + 1e-12
     assert f"concurrency {concurrency}, batch 2" in str(result)
-    # Every answer's arrival is inside the run, and the windows count every row once.
+    # Every answer's arrival is inside the run; the throughput range comes from the
+    # latency quartiles (Little's law), around the measured throughput.
     assert len(result.completions) == 12
     assert all(-1e-3 <= t <= result.wall + 1e-3 for t in result.completions)
-    windows = result.window_throughputs(3)
-    assert sum(windows) * result.wall / 3 == pytest.approx(24)
+    low, high = result.throughput_range
+    assert low <= result.throughput <= high
+    assert low == pytest.approx(result.throughput * result.median / q3)
 
 
 def test_compare_throughput_says_when_a_difference_is_inside_the_spread():
-    def result(completions, wall=3.0):
-        return loadgen.LoadResult("m", "grpc", 1, 1, tuple(0.1 for _ in completions), wall,
-                                  tuple(completions))
+    def result(latencies, concurrency=2):
+        return loadgen.LoadResult("m", "grpc", concurrency, 1, tuple(latencies),
+                                  wall=sum(latencies) / concurrency)
 
-    steady = result([0.5, 1.5, 2.5] * 4)  # 4 per window, 4/s
-    faster = result([0.5, 1.5, 2.5] * 8)  # 8 per window, 8/s
-    uneven = result([0.5] * 2 + [1.5] * 6 + [2.5] * 4)  # 2, 6 and 4 per window
-    assert steady.window_throughputs() == [4.0, 4.0, 4.0]
+    steady = result([0.5] * 8)                 # 4/s, no spread
+    faster = result([0.25] * 8)                # 8/s, no spread
+    noisy = result([0.3, 0.4, 0.5, 0.6, 0.7] * 2)  # around 4/s, a wide spread
+    assert steady.throughput_range == (4.0, 4.0)
     assert loadgen.compare_throughput(faster, steady) == (
-        "2.00x (window range 2.00-2.00), outside the spread of these runs")
-    assert loadgen.compare_throughput(uneven, steady).endswith("inside the spread of these runs")
-    with pytest.raises(ValueError, match="no completion times"):
-        loadgen.LoadResult("m", "grpc", 1, 1, (0.1,), 1.0).window_throughputs()
+        "2.00x (range 2.00-2.00), outside the spread of these runs")
+    assert loadgen.compare_throughput(noisy, steady).endswith("inside the spread of these runs")
 
 
 def test_a_wrong_answer_fails_the_run(triton):

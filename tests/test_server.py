@@ -150,7 +150,10 @@ def test_the_server_dies_with_its_parent(plus_one_repository, tmp_path):
         print(triton.pid, flush=True)
         time.sleep(600)
     """)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    # The killed parent cannot remove its work folder: put it under tmp_path, which
+    # pytest removes, instead of leaving it in /tmp.
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         pgid = int(parent.stdout.readline())
         assert triton_processes(pgid)

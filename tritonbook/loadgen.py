@@ -50,19 +50,17 @@ class LoadResult:
         """Inferences (rows) per second over the whole run."""
         return self.requests * self.batch / self.wall
 
-    def window_throughputs(self, windows: int = 3) -> list[float]:
-        """Inferences per second in each of ``windows`` equal slices of the run's time.
+    @property
+    def throughput_range(self) -> tuple[float, float]:
+        """This run's spread of throughput, from the spread of its latencies.
 
-        Their range is this run's spread of throughput: a closed loop starts and ends
-        with workers idle or out of step, and a short run shows it.
+        In a closed loop ``concurrency`` requests are always in flight, so throughput
+        goes as one over latency (Little's law). The range applies the latencies'
+        relative spread to the measured throughput: from ``throughput * median / q3`` to
+        ``throughput * median / q1``.
         """
-        if not self.completions:
-            raise ValueError("this result has no completion times")
-        width = self.wall / windows
-        counts = [0] * windows
-        for t in self.completions:
-            counts[min(int(t / width), windows - 1)] += self.batch
-        return [count / width for count in counts]
+        q1, q3 = self.quartiles
+        return self.throughput * self.median / q3, self.throughput * self.median / q1
 
     @property
     def median(self) -> float:
@@ -207,18 +205,17 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
                       tuple(t - started for t in finished))
 
 
-def compare_throughput(this: LoadResult, other: LoadResult, windows: int = 3) -> str:
+def compare_throughput(this: LoadResult, other: LoadResult) -> str:
     """One verdict line: the ratio of throughputs, and whether it is outside the spread.
 
-    The spread of each run is the range of its window throughputs; the ratio's range runs
-    from this run's lowest window over the other's highest to the reverse. When the two
-    ranges overlap, the line says the difference is inside the spread of these runs.
+    Each run's spread is its ``throughput_range``; the ratio's range runs from this run's
+    low end over the other's high end to the reverse. When the two ranges overlap, the
+    line says the difference is inside the spread of these runs.
     """
-    a, b = this.window_throughputs(windows), other.window_throughputs(windows)
+    (a_low, a_high), (b_low, b_high) = this.throughput_range, other.throughput_range
     ratio = this.throughput / other.throughput
-    low, high = min(a) / max(b), (max(a) / min(b) if min(b) > 0 else float("inf"))
-    line = f"{ratio:.2f}x (window range {low:.2f}-{high:.2f})"
-    if min(a) <= max(b) and min(b) <= max(a):
+    line = f"{ratio:.2f}x (range {a_low / b_high:.2f}-{a_high / b_low:.2f})"
+    if a_low <= b_high and b_low <= a_high:
         return line + ", inside the spread of these runs"
     return line + ", outside the spread of these runs"
 
