@@ -87,6 +87,25 @@ def build_gfpgan_torchscript(path: Path) -> None:
         torch.jit.save(traced, str(path), _extra_files={"tritonbook.txt": description})
 
 
+def _gfpgan_deploy_examples():
+    """The environment's GFPGAN in its deploy wrapper, one face, and that face with its mirror."""
+    import torch
+
+    from tritonbook.gfpgan import GFPGANForDeploy, gfpgan_from_environment
+    from tritonbook.images import load_face, to_tensor
+
+    net, _ = gfpgan_from_environment()
+    face = to_tensor(load_face(net.out_size))
+    return GFPGANForDeploy(net).eval(), face, torch.cat([face, face.flip(3)])
+
+
+def _quiet_onnx_exporter() -> None:
+    """The dynamo exporter logs that torchvision's operators are not registered: not used here."""
+    import logging
+
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+
 def build_gfpgan_aoti(path: Path) -> None:
     """GFPGANv1 as an AOTInductor package (``model.pt2``) for ``platform: "torch_aoti"``.
 
@@ -96,13 +115,9 @@ def build_gfpgan_aoti(path: Path) -> None:
     """
     import torch
 
-    from tritonbook.gfpgan import GFPGANForDeploy, gfpgan_from_environment, use_ops
-    from tritonbook.images import load_face, to_tensor
+    from tritonbook.gfpgan import use_ops
 
-    net, _ = gfpgan_from_environment()
-    deploy = GFPGANForDeploy(net).eval()
-    face = to_tensor(load_face(net.out_size))
-    pair = torch.cat([face, face.flip(3)])
+    deploy, face, pair = _gfpgan_deploy_examples()
     # torch.export treats sizes 0 and 1 as special; batch 1 still runs (chapter 3).
     batch = torch.export.Dim("batch", min=2, max=8)
     with torch.no_grad(), use_ops(fused_modconv=False), tempfile.TemporaryDirectory() as folder:
@@ -122,20 +137,13 @@ def build_gfpgan_onnx(path: Path) -> None:
     dynamo exporter with a dynamic batch dimension. The weights are stored inside the
     file (under the 2 GiB limit of one protobuf); checked at batch 1 with onnxruntime.
     """
-    import logging
-
     import onnxruntime as ort
     import torch
 
-    from tritonbook.gfpgan import GFPGANForDeploy, gfpgan_from_environment, use_ops
-    from tritonbook.images import load_face, to_tensor
+    from tritonbook.gfpgan import use_ops
 
-    # The exporter logs that torchvision's operators are not registered: not used here.
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-    net, _ = gfpgan_from_environment()
-    deploy = GFPGANForDeploy(net).eval()
-    face = to_tensor(load_face(net.out_size))
-    pair = torch.cat([face, face.flip(3)])
+    _quiet_onnx_exporter()
+    deploy, face, pair = _gfpgan_deploy_examples()
     batch = torch.export.Dim("batch", min=1, max=8)
     with warnings.catch_warnings(), torch.no_grad(), use_ops(fused_modconv=False):
         warnings.simplefilter("ignore")
@@ -154,14 +162,11 @@ def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
     operator translated to an ONNX ``Resize`` whose ``scales`` is the graph input
     ``factor``, and dynamic image height and width. One file, no external data.
     """
-    import logging
-
     import torch
 
     from tritonbook import srcnn
 
-    # The exporter logs that torchvision's operators are not registered: not used here.
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    _quiet_onnx_exporter()
     model = srcnn.load_srcnn_checkpoint(weights or srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp())
     example = torch.zeros(1, 3, 32, 48)
     height, width = torch.export.Dim("height", min=4), torch.export.Dim("width", min=4)

@@ -474,12 +474,10 @@ def python_stubs() -> dict[str, Path]:
 
 def stub_libpython(stub: str | os.PathLike) -> str:
     """The libpython a stub links against, from ``ldd`` (with the server's library path)."""
-    ldd = shutil.which("ldd")
-    if ldd is None:
+    found = _ldd(stub, _wheel_paths())
+    if found is None:
         raise TritonServerError("ldd is not installed: cannot read the stub's libraries")
-    result = subprocess.run([ldd, str(stub)], capture_output=True, text=True,
-                            env=_server_environment(_wheel_paths()))
-    lines = [line.strip() for line in result.stdout.splitlines() if "libpython" in line]
+    lines = [line.strip() for line in found if "libpython" in line]
     if len(lines) != 1:
         raise TritonServerError(f"{stub}: expected one libpython in ldd's answer, got {lines}")
     return lines[0]
@@ -516,14 +514,22 @@ def _server_environment(wheel: _Wheel) -> dict[str, str]:
     return env
 
 
-def _check_stub_libraries(stub: Path, wheel: _Wheel) -> None:
-    """Fail early, and clearly, when the stub cannot find libpython3.X."""
+def _ldd(binary: str | os.PathLike, wheel: _Wheel) -> list[str] | None:
+    """``ldd``'s lines for ``binary``, with the server's library path; None without ldd."""
     ldd = shutil.which("ldd")
     if ldd is None:
+        return None
+    result = subprocess.run([ldd, str(binary)], capture_output=True, text=True,
+                            env=_server_environment(wheel))
+    return result.stdout.splitlines()
+
+
+def _check_stub_libraries(stub: Path, wheel: _Wheel) -> None:
+    """Fail early, and clearly, when the stub cannot find libpython3.X."""
+    lines = _ldd(stub, wheel)
+    if lines is None:
         return
-    env = _server_environment(wheel)
-    result = subprocess.run([ldd, str(stub)], capture_output=True, text=True, env=env)
-    missing = [line.split()[0] for line in result.stdout.splitlines() if "not found" in line]
+    missing = [line.split()[0] for line in lines if "not found" in line]
     if missing:
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
         raise TritonServerError(
