@@ -99,13 +99,6 @@ def _gfpgan_deploy_examples():
     return GFPGANForDeploy(net).eval(), face, torch.cat([face, face.flip(3)])
 
 
-def _quiet_onnx_exporter() -> None:
-    """The dynamo exporter logs that torchvision's operators are not registered: not used here."""
-    import logging
-
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-
-
 def build_gfpgan_aoti(path: Path) -> None:
     """GFPGANv1 as an AOTInductor package (``model.pt2``) for ``platform: "torch_aoti"``.
 
@@ -137,12 +130,15 @@ def build_gfpgan_onnx(path: Path) -> None:
     dynamo exporter with a dynamic batch dimension. The weights are stored inside the
     file (under the 2 GiB limit of one protobuf); checked at batch 1 with onnxruntime.
     """
+    import logging
+
     import onnxruntime as ort
     import torch
 
     from tritonbook.gfpgan import use_ops
 
-    _quiet_onnx_exporter()
+    # The exporter logs that torchvision's operators are not registered: not used here.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     deploy, face, pair = _gfpgan_deploy_examples()
     batch = torch.export.Dim("batch", min=1, max=8)
     with warnings.catch_warnings(), torch.no_grad(), use_ops(fused_modconv=False):
@@ -162,11 +158,14 @@ def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
     operator translated to an ONNX ``Resize`` whose ``scales`` is the graph input
     ``factor``, and dynamic image height and width. One file, no external data.
     """
+    import logging
+
     import torch
 
     from tritonbook import srcnn
 
-    _quiet_onnx_exporter()
+    # The exporter logs that torchvision's operators are not registered: not used here.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     model = srcnn.load_srcnn_checkpoint(weights or srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp())
     example = torch.zeros(1, 3, 32, 48)
     height, width = torch.export.Dim("height", min=4), torch.export.Dim("width", min=4)
