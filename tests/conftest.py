@@ -20,7 +20,7 @@ CONFORMANCE_URL = os.environ.get("TRITON_URL", "").strip() or None
 def pytest_configure(config):
     # The tests start their own embedded servers; a TRITON_URL meant for the
     # notebooks must not redirect them.
-    for name in ("TRITON_URL", "TRITON_GRPC_URL"):
+    for name in ("TRITON_URL", "TRITON_GRPC_URL", "TRITON_METRICS_URL"):
         os.environ.pop(name, None)
 
 

@@ -51,15 +51,73 @@ def test_compare_throughput_says_when_a_difference_is_inside_the_spread():
     assert loadgen.compare_throughput(noisy, steady).endswith("inside the spread of these runs")
 
 
-def test_a_wrong_answer_fails_the_run(triton):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_measure_reports_stable_windows_and_server_times(triton, protocol):
+    result = loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"],
+                             concurrency=2, protocol=protocol, window=0.2, tolerance=0.5,
+                             expected={"output__0": 2 * X + 1})
+    assert result.stable and 3 <= len(result.windows) <= 10
+    # The result covers whole windows at the end of the run; its last three agreed.
+    assert result.wall == pytest.approx(round(result.wall / 0.2) * 0.2) and result.wall >= 0.6 - 1e-9
+    for column in (0, 1):
+        values = [w[column] for w in result.windows[-3:]]
+        assert max(values) / min(values) <= 1.5
+    assert result.requests >= 8 and all(0 <= t < result.wall for t in result.completions)
+    # Fractional counting: the work is within one request per worker of the answers counted.
+    assert abs(result.work - result.requests) <= 2
+    assert result.throughput == pytest.approx(result.work * 2 / result.wall)
+    assert set(result.server) == {"queue", "input", "infer", "output"}
+    assert all(ms >= 0 for ms in result.server.values())
+    assert result.server["infer"] < result.median * 1e3  # the server's part of the client's time
+    row = result.row()
+    assert row["windows"] == len(result.windows) and row["stable"] is True and "server queue ms" in row
+    assert "stable after" in str(result)
+
+
+def test_measure_marks_a_run_that_never_settles_unstable(triton):
+    result = loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"],
+                             concurrency=1, window=0.1, tolerance=0.0, max_windows=4)
+    assert result.stable is False and len(result.windows) >= 4
+    assert "UNSTABLE after" in str(result)
+
+
+def test_measure_counts_slow_requests_by_their_share_of_a_window():
+    # One request from 0.5 s to 2.5 s: a quarter of it lies in [0, 1), half in [1, 2).
+    assert loadgen._work([(0.5, 2.5)], 0.0, 1.0) == (0.25, 0.5)
+    assert loadgen._work([(0.5, 2.5)], 1.0, 2.0) == (0.5, 1.0)
+    assert loadgen._work([(0.5, 2.5)], 3.0, 4.0) == (0.0, 0.0)
+
+
+def test_tail_percentiles_need_five_samples_beyond_them():
+    few = loadgen.LoadResult("m", "grpc", 1, 1, tuple(np.linspace(0.01, 0.02, 99)), wall=1.0)
+    enough = loadgen.LoadResult("m", "grpc", 1, 1, tuple(np.linspace(0.01, 0.02, 100)), wall=1.0)
+    assert np.isnan(few.tail(95)) and np.isnan(few.row()["p95 ms"])
+    assert enough.tail(95) == pytest.approx(enough.percentile(95)) and np.isnan(enough.tail(99))
+    assert "p95" in str(enough) and "p95" not in str(few)
+
+
+def test_window_length_comes_from_one_setting(monkeypatch):
+    monkeypatch.delenv("TRITONBOOK_WINDOW_S", raising=False)
+    assert loadgen.window_seconds() == 1.0
+    monkeypatch.setenv("TRITONBOOK_WINDOW_S", "0.25")
+    assert loadgen.window_seconds() == 0.25
+    for bad in ("fast", "0", "-1"):
+        monkeypatch.setenv("TRITONBOOK_WINDOW_S", bad)
+        with pytest.raises(ValueError, match="TRITONBOOK_WINDOW_S"):
+            loadgen.window_seconds()
+
+
+@pytest.mark.parametrize("measurement", [loadgen.run, loadgen.measure])
+def test_a_wrong_answer_fails_the_run(triton, measurement):
     with pytest.raises(AssertionError, match="affine_torchscript output output__0 under load"):
-        loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=2,
-                    requests=4, expected={"output__0": 2 * X})
+        measurement(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=2,
+                    expected={"output__0": 2 * X})
 
 
-def test_a_server_error_is_raised_not_hung(triton):
+@pytest.mark.parametrize("measurement", [loadgen.run, loadgen.measure])
+def test_a_server_error_is_raised_not_hung(triton, measurement):
     with pytest.raises(InferenceServerException, match="unexpected inference input 'nope'"):
-        loadgen.run(triton, "affine_torchscript", {"nope": X}, ["output__0"], concurrency=2, requests=4)
+        measurement(triton, "affine_torchscript", {"nope": X}, ["output__0"], concurrency=2)
 
 
 def test_bad_arguments(triton):
@@ -69,29 +127,34 @@ def test_bad_arguments(triton):
         loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=4, requests=2)
     with pytest.raises(ValueError, match="protocol"):
         loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], protocol="udp")
+    with pytest.raises(ValueError, match="three windows"):
+        loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"], max_windows=2)
 
 
 def test_sweep_table_and_statistics(triton):
     before = loadgen.executions_by_batch_size(triton, "affine_torchscript")
     results = loadgen.sweep(triton, "affine_torchscript", {"input__0": X}, ["output__0"], [1, 2],
-                            requests_per_worker=3, min_requests=5, progress=False, warmup=0)
-    assert [r.requests for r in results] == [5, 6]
+                            window=0.1, tolerance=1.0, progress=False, warmup=0)
+    assert all(r.requests >= 8 for r in results)
     table = loadgen.results_table(results)
     assert list(table["concurrency"]) == [1, 2] and (table["infer/s"] > 0).all()
+    assert list(table["stable"]) == [True, True]
     after = loadgen.executions_by_batch_size(triton, "affine_torchscript")
-    # No dynamic batching: each request of two rows is one execution of batch size 2.
-    assert after.get(2, 0) - before.get(2, 0) == 11
+    # No dynamic batching: each request of two rows is one execution of batch size 2,
+    # and the server ran more than the measured span (the windows before it, the tail).
+    measured = sum(r.requests for r in results)
+    assert after.get(2, 0) - before.get(2, 0) >= measured
     stats = loadgen.statistics_table(triton, ["affine_torchscript"])
-    # 11 requests of two rows: the server counts requests and rows (inferences) apart.
-    assert stats.loc[0, "requests"] >= 11 and stats.loc[0, "inferences"] >= 22
-    assert stats.loc[0, "inferences"] - stats.loc[0, "requests"] >= 11
+    # Requests of two rows: the server counts requests and rows (inferences) apart.
+    assert stats.loc[0, "requests"] >= measured and stats.loc[0, "inferences"] >= 2 * measured
+    assert stats.loc[0, "inferences"] - stats.loc[0, "requests"] >= measured
     assert stats.loc[0, "failed"] == 0
     assert stats.loc[0, "compute_infer ms"] > 0
 
 
 def test_plot_sweeps_draws_both_panels(triton):
     results = loadgen.sweep(triton, "affine_torchscript", {"input__0": X}, ["output__0"], [1, 2],
-                            requests_per_worker=2, progress=False)
+                            window=0.1, max_windows=3, progress=False)
     fig = loadgen.plot_sweeps({"affine": results}, "test")
     left, right = fig.axes
     assert len(left.lines) == 1 and list(left.lines[0].get_xdata()) == [1, 2]

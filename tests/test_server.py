@@ -174,6 +174,11 @@ def test_remote_server_from_environment(plus_one_repository):
         assert info.embedded and info.version == "2.51.0" and info.standins == ["pytorch", "onnxruntime", "torch_aoti_standin"]
         out = infer(remote, "plus_one", {"IN": np.array([[1]], dtype=np.int32)}, ["OUT"], protocol="grpc")
         assert out["OUT"].tolist() == [[2]]
+        # Metrics: TRITON_METRICS_URL, else port 8002 on the HTTP host (the container's).
+        assert remote.metrics_url == triton.http_url.rsplit(":", 1)[0] + ":8002"
+        named = server.remote_from_environment({"TRITON_URL": triton.http_url,
+                                                "TRITON_METRICS_URL": f"http://{triton.metrics_url}"})
+        assert named.metrics_url == triton.metrics_url and named.grpc_url.endswith(":8001")
         remote.stop()  # closes clients only
         assert triton.is_live()
 

@@ -30,7 +30,11 @@ def test_committed_plans_fit_their_days(book):
     full = workshop.schedule(workshop.FULL_DAY, book, day_minutes=480)
     assert half["minutes"].sum() <= 210 and full["minutes"].sum() <= 480
     assert half.index[0] == "09:00" and half.iloc[-1]["what"] == "End"
-    assert sum("exercises" in what for what in full["what"]) == len(book) - 1
+    # The full day covers chapters 0 to 6; chapter 7 does not fit the same day at this
+    # rate, and the workshop guide says so (a second morning, or after the day).
+    planned = {name for kind, name, _ in workshop.FULL_DAY if kind == "chapter"}
+    assert set(book) - planned == {"07_production"}
+    assert sum("exercises" in what for what in full["what"]) == len(planned) - 1
 
 
 def test_plan_too_long_is_refused(book):

@@ -10,12 +10,26 @@ send a request, wait for its answer, and send the next, so at most ``concurrency
 requests are in flight. Each request's latency is the client's wall time from sending
 to having the output as a NumPy array, serialisation included.
 
-    result = run(triton, "gfpgan_batched", {"input__0": face}, ["output__0"], concurrency=4)
+Two ways to decide how long to measure:
+
+- ``measure`` works the way perf_analyzer does: it cuts time into windows and reports
+  once the last three windows agree (max / min of throughput and of mean latency within
+  ``tolerance``, perf_analyzer's default 10 %), or marks the result unstable after
+  ``max_windows``. It also reads the server's own times (queue, compute) for the run.
+- ``run`` sends a fixed number of requests: for checks under load, not for numbers.
+
+    result = measure(triton, "gfpgan_batched", {"input__0": face}, ["output__0"], concurrency=4)
     print(result)  # throughput and latency, with how they were measured
+
+The window length comes from the environment variable ``TRITONBOOK_WINDOW_S`` (seconds,
+default 1.0). CI sets it shorter: every cell still runs and checks what it checks, and
+its numbers are noisier.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import threading
 import time
@@ -24,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LoadResult", "run", "sweep", "compare_throughput", "results_table", "plot_sweeps", "perf_analyzer_command",
+__all__ = ["LoadResult", "measure", "run", "sweep", "window_seconds", "server_totals",
+           "compare_throughput", "results_table", "plot_sweeps", "perf_analyzer_command",
            "executions_by_batch_size", "statistics_table"]
 
 
@@ -40,6 +55,13 @@ class LoadResult:
     wall: float  # seconds from the first send to the last answer
     # When each answer arrived, in seconds from the first send, in completion order.
     completions: tuple[float, ...] = field(default=(), repr=False)
+    # measure() only: requests done in the measured span, counting a request that
+    # straddles its edge by the fraction of it inside; each window's (infer/s, mean
+    # latency); whether the last three agreed; the server's mean ms per request.
+    work: float | None = None
+    windows: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    stable: bool | None = None
+    server: dict[str, float] | None = None
 
     @property
     def requests(self) -> int:
@@ -47,8 +69,9 @@ class LoadResult:
 
     @property
     def throughput(self) -> float:
-        """Inferences (rows) per second over the whole run."""
-        return self.requests * self.batch / self.wall
+        """Inferences (rows) per second over the measured span."""
+        done = self.requests if self.work is None else self.work
+        return done * self.batch / self.wall
 
     @property
     def throughput_range(self) -> tuple[float, float]:
@@ -69,23 +92,45 @@ class LoadResult:
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.latencies, q))
 
+    def tail(self, q: float) -> float:
+        """The ``q`` percentile, or NaN when too few samples lie beyond it to mean
+        anything: at least five, so a p95 needs 100 requests and a p99 500."""
+        if self.requests * (100 - q) / 100 < 5:
+            return math.nan
+        return self.percentile(q)
+
+    @property
+    def how(self) -> str:
+        """How long it was measured: the window count and whether they agreed."""
+        if self.stable is None:
+            return f"{self.requests} requests in {self.wall:.3g} s"
+        verdict = "stable" if self.stable else "UNSTABLE"
+        return f"{verdict} after {len(self.windows)} windows, {self.requests} requests in the last 3"
+
     @property
     def quartiles(self) -> tuple[float, float]:
         return self.percentile(25), self.percentile(75)
 
     def __str__(self) -> str:
         q1, q3 = self.quartiles
+        p95 = self.tail(95)
+        tail = f", p95 {p95 * 1e3:.4g} ms" if p95 == p95 else ""
         return (f"{self.model} over {self.protocol}, concurrency {self.concurrency}, batch {self.batch}: "
                 f"{self.throughput:.3g} infer/s; latency median {self.median * 1e3:.4g} ms "
-                f"(IQR {q1 * 1e3:.4g}-{q3 * 1e3:.4g} ms, p90 {self.percentile(90) * 1e3:.4g} ms, "
-                f"{self.requests} requests in {self.wall:.3g} s)")
+                f"(IQR {q1 * 1e3:.4g}-{q3 * 1e3:.4g} ms{tail}; {self.how})")
 
     def row(self) -> dict:
+        """One table row. p95 and p99 are NaN without enough samples (``tail``)."""
         q1, q3 = self.quartiles
-        return {"model": self.model, "protocol": self.protocol, "concurrency": self.concurrency,
-                "batch": self.batch, "requests": self.requests, "infer/s": self.throughput,
-                "median ms": self.median * 1e3, "q1 ms": q1 * 1e3, "q3 ms": q3 * 1e3,
-                "p90 ms": self.percentile(90) * 1e3}
+        row = {"model": self.model, "protocol": self.protocol, "concurrency": self.concurrency,
+               "batch": self.batch, "requests": self.requests, "infer/s": self.throughput,
+               "median ms": self.median * 1e3, "q1 ms": q1 * 1e3, "q3 ms": q3 * 1e3,
+               "p95 ms": self.tail(95) * 1e3, "p99 ms": self.tail(99) * 1e3}
+        if self.stable is not None:
+            row.update(windows=len(self.windows), stable=self.stable)
+        if self.server is not None:
+            row.update({f"server {phase} ms": ms for phase, ms in self.server.items()})
+        return row
 
 
 class _Worker:
@@ -205,6 +250,169 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
                       tuple(t - started for t in finished))
 
 
+def window_seconds() -> float:
+    """The measurement window of ``measure``: ``TRITONBOOK_WINDOW_S`` seconds, or 1.0."""
+    value = os.environ.get("TRITONBOOK_WINDOW_S", "1.0")
+    try:
+        window = float(value)
+    except ValueError:
+        raise ValueError(f"TRITONBOOK_WINDOW_S must be a number of seconds, not {value!r}") from None
+    if not 0 < window <= 60:
+        raise ValueError(f"TRITONBOOK_WINDOW_S must be between 0 and 60 seconds, not {value!r}")
+    return window
+
+
+SERVER_PHASES = {"queue": "queue", "input": "compute_input", "infer": "compute_infer",
+                 "output": "compute_output"}
+
+
+def server_totals(triton, model: str) -> dict[str, int]:
+    """The server's count of successful requests and its nanoseconds in each phase
+    (``SERVER_PHASES``), from the statistics API, all versions summed."""
+    totals = dict.fromkeys(["requests", *SERVER_PHASES], 0)
+    for entry in triton.http().get_inference_statistics(model)["model_stats"]:
+        stats = entry["inference_stats"]
+        totals["requests"] += int(stats["success"]["count"])
+        for phase, key in SERVER_PHASES.items():
+            totals[phase] += int(stats[key]["ns"])
+    return totals
+
+
+def _work(spans, start: float, end: float) -> tuple[float, float]:
+    """Requests done in [start, end), a request counted by the fraction of its time
+    inside, and their latency-weighted sum: smooth even when a window holds one request."""
+    work = weighted = 0.0
+    for sent, done in spans:
+        if done < start or sent >= end:
+            continue
+        took = done - sent
+        part = (min(done, end) - max(sent, start)) / took if took > 0 else float(start <= done < end)
+        work += part
+        weighted += part * took
+    return work, weighted
+
+
+def _agree(values: Sequence[float], tolerance: float) -> bool:
+    return min(values) > 0 and max(values) / min(values) <= 1 + tolerance
+
+
+def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str], *,
+            concurrency: int = 1, protocol: str = "grpc", window: float | None = None,
+            tolerance: float = 0.10, max_windows: int = 10, min_requests: int = 8,
+            warmup: int = 1, timeout: float = 300.0, expected: dict[str, np.ndarray] | None = None,
+            rtol: float = 1e-4, atol: float = 1e-4, batch: int | None = None) -> LoadResult:
+    """Measure until the last three windows agree, the way perf_analyzer does.
+
+    Time is cut into windows of ``window`` seconds (default ``window_seconds()``). A
+    window's throughput counts each request by the fraction of its time inside the
+    window, and its latency is the mean of those requests, weighted the same way. The
+    run stops when the last three windows agree within ``tolerance`` (max / min, for
+    throughput and for latency) and hold ``min_requests`` answers, or after
+    ``max_windows`` windows, marked unstable. The result covers the last three windows,
+    or as many more as it takes to hold ``min_requests`` answers. ``server`` is the
+    server's mean milliseconds per request in each phase over the whole run, from its
+    statistics. Warm-up, answer checks and errors work as in ``run``.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    if max_windows < 3:
+        raise ValueError("max_windows must be at least 3: stability needs three windows")
+    window = window_seconds() if window is None else float(window)
+    if batch is None:
+        batch = int(next(iter(inputs.values())).shape[0])
+
+    workers = [_Worker(triton, model, inputs, outputs, protocol, timeout) for _ in range(concurrency)]
+    in_flight: list[float | None] = [None] * concurrency  # when each worker's request was sent
+    spans: list[tuple[float, float]] = []  # (sent, answered), seconds from the start
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    origin = [0.0]
+    # The clock starts when every worker is warm: the barrier's action runs once, before
+    # any thread leaves it.
+    ready = threading.Barrier(concurrency + 1, action=lambda: origin.__setitem__(0, time.perf_counter()))
+    stop = threading.Event()
+
+    def check(answer):
+        for name, want in (expected or {}).items():
+            np.testing.assert_allclose(answer[name], want, rtol=rtol, atol=atol,
+                                       err_msg=f"{model} output {name} under load")
+
+    def loop(index: int, worker: _Worker):
+        try:
+            for _ in range(warmup):
+                check(worker.send())
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+        ready.wait()
+        while not stop.is_set():
+            with lock:
+                in_flight[index] = sent = time.perf_counter() - origin[0]
+            try:
+                answer = worker.send()
+                done = time.perf_counter() - origin[0]
+                check(answer)
+            except BaseException as exc:
+                errors.append(exc)
+                stop.set()
+                return
+            with lock:
+                spans.append((sent, done))
+                in_flight[index] = None
+
+    def answered(first: int, last: int) -> int:
+        return sum(first * window <= done < last * window for _, done in spans)
+
+    threads = [threading.Thread(target=loop, args=(i, w), daemon=True) for i, w in enumerate(workers)]
+    windows: list[tuple[float, float]] = []
+    stable, first = False, 0
+    try:
+        for t in threads:
+            t.start()
+        ready.wait()
+        before = server_totals(triton, model)
+        while not stop.is_set():
+            time.sleep(min(window / 4, 0.05))
+            with lock:
+                now = time.perf_counter() - origin[0]
+                # Every request sent before the oldest one still in flight has its answer,
+                # so the windows before that moment will not change any more.
+                settled = min((s for s in in_flight if s is not None), default=now)
+                snapshot = list(spans)
+            while (len(windows) + 1) * window <= settled:
+                k = len(windows)
+                work, weighted = _work(snapshot, k * window, (k + 1) * window)
+                windows.append((work * batch / window, weighted / work if work else math.nan))
+            if len(windows) < 3:
+                continue
+            last = len(windows)
+            stable = all(_agree([w[i] for w in windows[-3:]], tolerance) for i in (0, 1))
+            first = next((f for f in range(last - 3, -1, -1)
+                          if answered(f, last) >= min_requests), None)
+            if first is not None and (stable or last >= max_windows):
+                break
+        stop.set()
+        for t in threads:
+            t.join()
+        after = server_totals(triton, model) if not errors else None
+    finally:
+        stop.set()
+        for w in workers:
+            w.close()
+    if errors:
+        raise errors[0]
+
+    start, end = first * window, len(windows) * window
+    inside = sorted((done, done - sent) for sent, done in spans if start <= done < end)
+    work, _ = _work(spans, start, end)
+    served = after["requests"] - before["requests"]
+    server = {phase: (after[phase] - before[phase]) / served / 1e6 if served else math.nan
+              for phase in SERVER_PHASES}
+    return LoadResult(model, protocol, concurrency, batch, tuple(lat for _, lat in inside), end - start,
+                      tuple(done - start for done, _ in inside), work=work, windows=tuple(windows),
+                      stable=stable, server=server)
+
+
 def compare_throughput(this: LoadResult, other: LoadResult) -> str:
     """One verdict line: the ratio of throughputs, and whether it is outside the spread.
 
@@ -221,17 +429,12 @@ def compare_throughput(this: LoadResult, other: LoadResult) -> str:
 
 
 def sweep(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str],
-          concurrencies: Sequence[int], *, requests_per_worker: int = 4, min_requests: int = 8,
-          progress: bool = True, **kwargs) -> list[LoadResult]:
-    """``run`` at each concurrency: ``requests_per_worker`` timed requests per worker,
-    and at least ``min_requests`` per run, so that low concurrencies get a median too."""
+          concurrencies: Sequence[int], *, progress: bool = True, **kwargs) -> list[LoadResult]:
+    """``measure`` at each concurrency (keyword arguments go to ``measure``)."""
     from tqdm import tqdm
 
-    results = []
-    for c in tqdm(concurrencies, desc=f"{model} concurrency", disable=not progress, leave=False):
-        results.append(run(triton, model, inputs, outputs, concurrency=c,
-                           requests=max(requests_per_worker * c, min_requests), **kwargs))
-    return results
+    return [measure(triton, model, inputs, outputs, concurrency=c, **kwargs)
+            for c in tqdm(concurrencies, desc=f"{model} concurrency", disable=not progress, leave=False)]
 
 
 def results_table(results: Sequence[LoadResult]):

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_against(server: EmbeddedTriton, command: list[str]) -> int:
     """Run ``command`` with TRITON_URL / TRITON_GRPC_URL set to ``server``, then stop it."""
-    environment = {**os.environ, "TRITON_URL": server.http_url, "TRITON_GRPC_URL": server.grpc_url}
+    environment = {**os.environ, "TRITON_URL": server.http_url, "TRITON_GRPC_URL": server.grpc_url,
+                   "TRITON_METRICS_URL": server.metrics_url}
     print(f"Triton is ready: HTTP http://{server.http_url}  gRPC {server.grpc_url}; running "
           f"{' '.join(command)}", flush=True)
     try:

@@ -130,9 +130,11 @@ class Triton:
     def is_ready(self) -> bool:
         return _http_status(f"http://{self.http_url}/v2/health/ready") == 200
 
-    def load(self, model: str, config: dict | str | None = None, files: dict[str, bytes] | None = None) -> None:
+    def load(self, model: str, config: dict | str | None = None, files: dict[str, bytes] | None = None,
+             headers: dict[str, str] | None = None) -> None:
         """Load (or reload) a model. ``config`` overrides its config.pbtxt (JSON form);
-        ``files`` ({"file:1/model.pt": bytes, ...}) upload the model's files with it.
+        ``files`` ({"file:1/model.pt": bytes, ...}) upload the model's files with it;
+        ``headers`` go with the request (the key of a restricted API, chapter 7).
 
         On the embedded server a ``platform: "torch_aoti"`` model is loaded with a config
         that adds ``backend: "torch_aoti_standin"`` (see AOTI_STANDIN); the stand-in says so
@@ -144,17 +146,18 @@ class Triton:
         if isinstance(config, dict):
             config = json.dumps(config)
         try:
-            self.http().load_model(model, config=config, files=files)
+            self.http().load_model(model, config=config, files=files, headers=headers)
         except InferenceServerException as exc:
             reason = f"loading model '{model}' failed: {exc.message()}"
             raise TritonServerError(self._explain(reason), reason) from None
 
-    def unload(self, model: str, wait: float = 30.0) -> None:
+    def unload(self, model: str, wait: float = 30.0, headers: dict[str, str] | None = None) -> None:
         """Unload a model and wait until the server reports it gone."""
-        self.http().unload_model(model)
+        self.http().unload_model(model, headers=headers)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            states = {m["name"]: m.get("state") for m in self.http().get_model_repository_index()}
+            index = self.http().get_model_repository_index(headers=headers)
+            states = {m["name"]: m.get("state") for m in index}
             if states.get(model) != "READY":
                 return
             time.sleep(0.1)
@@ -397,17 +400,17 @@ def start(model_repository: str | os.PathLike = DEFAULT_REPOSITORY, **kwargs) ->
 
 
 def remote_from_environment(environ: dict | None = None) -> RemoteTriton | None:
-    """The server named by ``TRITON_URL`` / ``TRITON_GRPC_URL``, or None."""
+    """The server named by ``TRITON_URL`` / ``TRITON_GRPC_URL`` / ``TRITON_METRICS_URL``, or None."""
     environ = os.environ if environ is None else environ
     http_url = environ.get("TRITON_URL", "").strip()
     if not http_url:
         return None
     http_url = _strip_scheme(http_url)
-    grpc_url = _strip_scheme(environ.get("TRITON_GRPC_URL", "").strip())
-    if not grpc_url:
-        # The container publishes gRPC on 8001 next to HTTP on 8000.
-        grpc_url = f"{http_url.rsplit(':', 1)[0]}:8001"
-    server = RemoteTriton(http_url, grpc_url)
+    host = http_url.rsplit(":", 1)[0]
+    # The container publishes gRPC on 8001 and metrics on 8002 next to HTTP on 8000.
+    grpc_url = _strip_scheme(environ.get("TRITON_GRPC_URL", "").strip()) or f"{host}:8001"
+    metrics_url = _strip_scheme(environ.get("TRITON_METRICS_URL", "").strip()) or f"{host}:8002"
+    server = RemoteTriton(http_url, grpc_url, metrics_url)
     if not server.is_live():
         raise TritonServerError(
             f"TRITON_URL={http_url} is set but no live Triton server answers at "

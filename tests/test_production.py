@@ -1,0 +1,115 @@
+"""Chapter 7's instruments against a real embedded server of their own: metrics, health,
+a killed python stub, sockets, shared memory."""
+
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+from tritonbook import loadgen, production, repository, server
+from tritonbook.client import infer
+
+X = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+
+@pytest.fixture(scope="module")
+def triton():
+    with server.EmbeddedTriton(repository.REPOSITORY, load_models=["affine_python"]) as embedded:
+        yield embedded
+
+
+def ask(triton):
+    return infer(triton, "affine_python", {"INPUT__0": X}, ["OUTPUT__0"], "grpc")["OUTPUT__0"]
+
+
+def test_metrics_count_what_was_sent_and_agree_with_the_statistics_api(triton):
+    before = production.scrape(triton.metrics_url)
+    api_before = loadgen.server_totals(triton, "affine_python")
+    with production.MetricsRecorder(triton.metrics_url, period=0.05) as recorder:
+        for _ in range(5):
+            np.testing.assert_array_equal(ask(triton), 2 * X + 1)
+    after = production.scrape(triton.metrics_url)
+    api_after = loadgen.server_totals(triton, "affine_python")
+    table = production.metrics_table(before, after, ["affine_python"])
+    # Five requests of two rows, no batcher: 5 requests, 10 inferences, 5 executions.
+    assert table.loc["affine_python", ["requests", "inferences", "executions"]].tolist() == [5, 10, 5]
+    assert api_after["requests"] - api_before["requests"] == 5
+    per_request_api = (api_after["infer"] - api_before["infer"]) / 5 / 1e6
+    assert table.loc["affine_python", "infer ms"] == pytest.approx(per_request_api, abs=0.01)
+    series = recorder.series("affine_python")
+    assert len(recorder.frames) >= 2 and series["requests"].sum() == 5
+
+
+def test_the_parser_reads_labels_and_skips_comments(triton):
+    samples = production.scrape(triton.metrics_url)
+    assert ("nv_inference_count", (("model", "affine_python"), ("version", "1"))) in samples
+    assert not any(name.startswith("#") for name, _ in samples)
+
+
+def test_health_codes_as_a_load_balancer_sees_them(triton):
+    assert production.health_codes(triton.http_url, "affine_python") == {
+        "live": 200, "ready": 200, "affine_python ready": 200}
+    assert production.health_codes(triton.http_url, "no_such_model")["no_such_model ready"] == 400
+    (port,) = server._free_ports(1)
+    assert production.health_codes(f"127.0.0.1:{port}") == {"live": 0, "ready": 0}
+
+
+def test_a_killed_stub_leaves_the_model_ready_and_failing_until_unload_and_load(triton):
+    [stub] = production.stub_processes(triton.pid, "affine_python")
+    region = production.stub_region(stub)
+    assert production.shm_segments(region) == [region]
+    stub.send_signal(signal.SIGKILL)
+    production.wait_dead(stub)
+    assert production.stub_processes(triton.pid, "affine_python") == []
+    assert triton.model_ready("affine_python")
+    with pytest.raises(InferenceServerException, match="is not healthy"):
+        ask(triton)
+    triton.load("affine_python")  # the same config: the server keeps the dead instance
+    with pytest.raises(InferenceServerException, match="is not healthy"):
+        ask(triton)
+    triton.unload("affine_python")
+    triton.load("affine_python")
+    np.testing.assert_array_equal(ask(triton), 2 * X + 1)
+    assert len(production.stub_processes(triton.pid, "affine_python")) == 1
+    # The dead stub's region stays in /dev/shm: the server does not remove it.
+    assert production.shm_segments(region) == [region]
+    (Path("/dev/shm") / region).unlink()
+
+
+def test_the_embedded_server_listens_on_loopback_only(triton):
+    addresses = production.listening_addresses(triton.pid)
+    assert {port for _, port in addresses} == {
+        int(url.rsplit(":", 1)[1]) for url in (triton.http_url, triton.grpc_url, triton.metrics_url)}
+    assert all(address.endswith("127.0.0.1") for address, _ in addresses)
+
+
+def test_shared_memory_round_trip_leaves_nothing_behind(triton):
+    client = httpclient.InferenceServerClient(triton.http_url)
+    region = shm.create_shared_memory_region("test_in", "/tritonbook_test_in", X.nbytes)
+    try:
+        assert production.shm_segments("tritonbook_test") == ["tritonbook_test_in"]
+        client.register_system_shared_memory("test_in", "/tritonbook_test_in", X.nbytes)
+        shm.set_shared_memory_region(region, [X])
+        sent = httpclient.InferInput("INPUT__0", list(X.shape), "FP32")
+        sent.set_shared_memory("test_in", X.nbytes)
+        answer = client.infer("affine_python", [sent]).as_numpy("OUTPUT__0")
+        np.testing.assert_array_equal(answer, 2 * X + 1)
+        # A region the server cannot open is refused with a clear error.
+        with pytest.raises(InferenceServerException, match="shared memory"):
+            client.register_system_shared_memory("missing", "/tritonbook_missing", 64)
+    finally:
+        client.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(region)
+        client.close()
+    assert production.shm_segments("tritonbook_test") == []
+
+
+def test_wait_dead_gives_up_on_a_live_process():
+    import psutil
+
+    with pytest.raises(TimeoutError, match="still running"):
+        production.wait_dead(psutil.Process(), timeout=0.2)

@@ -1,0 +1,190 @@
+"""Chapter 7's instruments: the Prometheus endpoint, the health endpoints as a load
+balancer reads them, the server's processes and sockets, and shared-memory regions.
+
+Everything here reads a real server; nothing stands in for one.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
+           "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
+           "COUNTERS"]
+
+# One Prometheus text line: name, optional {labels}, value (timestamps are not used by Triton).
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+# The per-model counters Triton exports, by the names this book uses for them.
+COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
+            "executions": "nv_inference_exec_count", "queue": "nv_inference_queue_duration_us",
+            "input": "nv_inference_compute_input_duration_us",
+            "infer": "nv_inference_compute_infer_duration_us",
+            "output": "nv_inference_compute_output_duration_us"}
+
+
+def scrape(metrics_url: str, timeout: float = 5.0) -> dict[tuple[str, tuple], float]:
+    """Every sample on ``http://<metrics_url>/metrics``: ``{(name, labels): value}``,
+    where ``labels`` is a sorted tuple of ``(label, value)`` pairs."""
+    with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=timeout) as answer:
+        text = answer.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if line.startswith("#") or not match:
+            continue
+        name, labels, value = match.groups()
+        samples[name, tuple(sorted(_LABEL.findall(labels or "")))] = float(value)
+    return samples
+
+
+def model_counters(samples: dict, model: str) -> dict[str, float]:
+    """The ``COUNTERS`` of one model, summed over its versions."""
+    totals = dict.fromkeys(COUNTERS, 0.0)
+    for (name, labels), value in samples.items():
+        if dict(labels).get("model") != model:
+            continue
+        for key, metric in COUNTERS.items():
+            if name == metric:
+                totals[key] += value
+    return totals
+
+
+def metrics_table(before: dict, after: dict, models: Sequence[str]):
+    """What happened between two scrapes, per model: the counts, and mean milliseconds
+    per request queued and in each compute phase."""
+    import pandas as pd
+
+    rows = []
+    for model in models:
+        start, end = model_counters(before, model), model_counters(after, model)
+        delta = {key: end[key] - start[key] for key in COUNTERS}
+        requests = delta["requests"]
+        row = {"model": model, "requests": int(requests), "inferences": int(delta["inferences"]),
+               "executions": int(delta["executions"])}
+        for phase in ("queue", "input", "infer", "output"):
+            row[f"{phase} ms"] = delta[phase] / requests / 1e3 if requests else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("model")
+
+
+class MetricsRecorder:
+    """Scrape the metrics endpoint every ``period`` seconds in a thread, as Prometheus
+    would, while the ``with`` block runs. ``frames`` holds ``(seconds, samples)``."""
+
+    def __init__(self, metrics_url: str, period: float = 0.5):
+        self.metrics_url, self.period = metrics_url, period
+        self.frames: list[tuple[float, dict]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        while True:
+            self.frames.append((time.perf_counter() - started, scrape(self.metrics_url)))
+            if self._stop.wait(self.period):
+                self.frames.append((time.perf_counter() - started, scrape(self.metrics_url)))
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def series(self, model: str):
+        """Per scrape interval: requests finished, and their mean queue and compute ms."""
+        import pandas as pd
+
+        rows = []
+        for (t0, a), (t1, b) in zip(self.frames, self.frames[1:]):
+            start, end = model_counters(a, model), model_counters(b, model)
+            requests = end["requests"] - start["requests"]
+            compute = sum(end[p] - start[p] for p in ("input", "infer", "output"))
+            rows.append({"seconds": t1, "requests": requests,
+                         "queue ms": (end["queue"] - start["queue"]) / requests / 1e3 if requests else None,
+                         "compute ms": compute / requests / 1e3 if requests else None})
+        return pd.DataFrame(rows)
+
+
+def health_codes(http_url: str, model: str | None = None) -> dict[str, int]:
+    """The HTTP status of each health endpoint, as a load balancer or a probe sees it:
+    200 means yes; anything else, or no answer (0), means no."""
+    paths = {"live": "/v2/health/live", "ready": "/v2/health/ready"}
+    if model is not None:
+        paths[f"{model} ready"] = f"/v2/models/{model}/ready"
+    codes = {}
+    for label, path in paths.items():
+        try:
+            with urllib.request.urlopen(f"http://{http_url}{path}", timeout=5) as answer:
+                codes[label] = answer.status
+        except urllib.error.HTTPError as error:
+            codes[label] = error.code
+        except OSError:
+            codes[label] = 0
+    return codes
+
+
+def stub_processes(server_pid: int, model: str) -> list:
+    """The live python backend stubs of ``model``'s instances (``<model>_<group>_<n>``),
+    children of the server process ``server_pid``; psutil processes."""
+    import psutil
+
+    instance = re.compile(rf"^{re.escape(model)}_\d+_\d+$")
+    found = []
+    for child in psutil.Process(server_pid).children(recursive=True):
+        try:
+            command = child.cmdline()
+            if child.status() == psutil.STATUS_ZOMBIE or not command:
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        if command[0].endswith("triton_python_backend_stub") and any(instance.match(a) for a in command):
+            found.append(child)
+    return found
+
+
+def stub_region(process) -> str:
+    """The name in ``/dev/shm`` of the region a stub shares with the server (from its
+    command line). A stub that is killed leaves it behind, and the server does not
+    remove it, not even at exit (chapter 7)."""
+    [region] = [a for a in process.cmdline() if a.startswith("triton_python_backend_shm_region")]
+    return region
+
+
+def wait_dead(process, timeout: float = 10.0) -> None:
+    """Wait until a killed process has stopped: gone, or a zombie (the server does not
+    reap a stub it did not stop, so the dead stub stays in the process table)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"process {process.pid} still running {timeout:.0f} s after the signal")
+
+
+def listening_addresses(pid: int) -> list[tuple[str, int]]:
+    """The (address, port) pairs process ``pid`` listens on."""
+    import psutil
+
+    sockets = psutil.Process(pid).net_connections(kind="inet")
+    return sorted({(s.laddr.ip, s.laddr.port) for s in sockets if s.status == psutil.CONN_LISTEN})
+
+
+def shm_segments(prefix: str = "") -> list[str]:
+    """The names in ``/dev/shm`` that start with ``prefix``."""
+    return sorted(p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
