@@ -8,6 +8,8 @@
 #               separately, the way they reach the NGC container (TRITON_URL); CI runs
 #               it after make test
 #   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
+#   make student
+#               workshop/: the chapters without their solutions and outputs, for students
 # Set TRITON_URL (and TRITON_GRPC_URL) to run the notebooks against a running
 # server, such as the NGC container from docker/compose.yaml, instead.
 
@@ -27,7 +29,7 @@ TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 LOAD ?=
 
-.PHONY: venv book execute html test test-remote serve clean
+.PHONY: venv book execute html test test-remote serve student clean
 
 venv: $(VENV)/.installed
 
@@ -65,6 +67,9 @@ serve: venv
 	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \
 	TRITON_METRICS_PORT=$(TRITON_METRICS_PORT) \
 	$(BIN)/python -m tritonbook.serve $(foreach m,$(LOAD),--load-model $(m))
+
+student: venv
+	$(BIN)/python -m tritonbook.student $(sort $(wildcard notebooks/*.ipynb)) --out workshop
 
 clean:
 	rm -rf _build
