@@ -1,9 +1,10 @@
-"""Workshop schedules built from the notebooks' measured run times.
+"""Workshop schedules built from a stated teaching rate and the notebooks' run times.
 
-A chapter's slot is the time to present its text, plus the time its cells took to run in
-the committed run (``tritonbook.run_seconds``, written by ``python -m tritonbook.notebooks``),
-plus a fixed time per exercise, rounded up to five minutes. The book's workshop guide
-prints the two schedules this module makes.
+A chapter's slot is the time to present its text, to run its cells, to do its exercises,
+and a share on top for explaining again, debugging and questions, rounded up to five
+minutes. The rate below is an assumption a teacher can change, stated in one place; the
+run times are measured (``tritonbook.run_seconds``, written by
+``python -m tritonbook.notebooks``). The book's workshop guide prints the schedules.
 """
 
 from __future__ import annotations
@@ -17,8 +18,25 @@ from pathlib import Path
 import nbformat
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-WORDS_PER_MINUTE = 100  # a teacher presenting the text with the class, not silent reading
-MINUTES_PER_EXERCISE = 10
+
+# The teaching rate. Assumptions, not measurements: change them here and every schedule
+# (and the guide's tables) follows.
+WORDS_PER_MINUTE = 100      # presenting the text while the class follows in the notebook
+RUN_FACTOR = 1.5            # students' laptops, and cells run twice: 1.5 x the committed run
+MINUTES_PER_EXERCISE = 15   # read the question, try, get one hint, see the solution
+QUESTIONS_SHARE = 0.25      # explaining again, a stuck machine, questions: 25 % on top
+
+# What each chapter's slot is for, in one sentence: the guide's schedules show it.
+OBJECTIVES = {
+    "00_environment": "every machine starts Triton and gets one answer",
+    "01_custom_ops": "replace a compiled op by plain PyTorch and prove it equal",
+    "02_simplify_forward": "make a forward traceable: no branch on data, no dict output",
+    "03_trace_parity": "trace GFPGAN, prove parity, and know when a trace is wrong",
+    "04_dynamic_onnx_resize": "export a dynamic ONNX Resize and serve it",
+    "05_model_repository": "write config.pbtxt, load it, and measure what a setting buys",
+    "06_pipelines": "wire one pipeline as ensemble, BLS and one model, and compare them",
+    "07_production": "warm up, watch, tune, lock down and scale a Triton server",
+}
 
 
 class ScheduleError(ValueError):
@@ -38,10 +56,12 @@ class Chapter:
         return self.exercises if asked is None else min(asked, self.exercises)
 
     def slot_minutes(self, exercises: int | None = None) -> int:
-        """Present + run + ``exercises`` exercises (all of them by default), up to 5 minutes."""
+        """(Present + run + ``exercises`` exercises, all by default) plus the questions
+        share, rounded up to 5 minutes: the teaching rate above, applied."""
         exercises = self.exercises_in_slot(exercises)
-        minutes = self.words / WORDS_PER_MINUTE + self.run_seconds / 60 + exercises * MINUTES_PER_EXERCISE
-        return 5 * math.ceil(minutes / 5)
+        work = (self.words / WORDS_PER_MINUTE + RUN_FACTOR * self.run_seconds / 60
+                + exercises * MINUTES_PER_EXERCISE)
+        return 5 * math.ceil(work * (1 + QUESTIONS_SHARE) / 5)
 
 
 def read_chapter(path: Path) -> Chapter:
@@ -90,9 +110,11 @@ def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", 
             what = f"{chapter.title} ({done} of {chapter.exercises} exercises)" if chapter.exercises else chapter.title
         else:
             minutes, what = amount, name
-        rows.append({"start": clock.strftime("%H:%M"), "minutes": minutes, "what": what})
+        objective = OBJECTIVES.get(name, "") if kind == "chapter" else ""
+        rows.append({"start": clock.strftime("%H:%M"), "minutes": minutes, "what": what,
+                     "objective": objective})
         clock += timedelta(minutes=minutes)
-    rows.append({"start": clock.strftime("%H:%M"), "minutes": 0, "what": "End"})
+    rows.append({"start": clock.strftime("%H:%M"), "minutes": 0, "what": "End", "objective": ""})
     table = pd.DataFrame(rows).set_index("start")
     total = int(table["minutes"].sum())
     if total > day_minutes:
@@ -103,10 +125,10 @@ def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", 
 HALF_DAY = [
     ("fixed", "Welcome: what we build, how the book is tested", 10),
     ("chapter", "00_environment", None),
-    # Chapter 2 is read at home: chapter 3 starts from its deploy wrapper.
-    ("chapter", "03_trace_parity", 1),
-    ("fixed", "Break", 15),
+    # Chapters 1 to 4 are read at home: the serving chapters build the model files they
+    # need from the package, so the day starts at the model repository.
     ("chapter", "05_model_repository", 1),
+    ("fixed", "Break", 15),
     ("chapter", "06_pipelines", 1),
     ("fixed", "Questions, what to read next", 10),
 ]
@@ -114,15 +136,14 @@ HALF_DAY = [
 FULL_DAY = [
     ("fixed", "Welcome: what we build, how the book is tested", 15),
     ("chapter", "00_environment", None),
-    # Exercise 1.1 (double backward) is about training, not serving: left for home.
     ("chapter", "01_custom_ops", 1),
-    ("chapter", "02_simplify_forward", None),
+    ("chapter", "02_simplify_forward", 1),
     ("fixed", "Break", 15),
-    ("chapter", "03_trace_parity", None),
+    ("chapter", "03_trace_parity", 1),
     ("fixed", "Lunch", 60),
-    ("chapter", "04_dynamic_onnx_resize", None),
-    ("chapter", "05_model_repository", None),
+    # Chapter 4 (SRCNN's ONNX export) is read at home: the afternoon serves.
+    ("chapter", "05_model_repository", 1),
     ("fixed", "Break", 15),
-    ("chapter", "06_pipelines", None),
+    ("chapter", "06_pipelines", 2),
     ("fixed", "Questions, what to take home", 15),
 ]
