@@ -49,7 +49,9 @@ html: venv
 	$(BIN)/jupyter-book build -W --keep-going .
 
 test: venv
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)
+	# The notebooks first, as a reader runs them on a fresh clone: they build the C++
+	# extension and the model files, which the unit tests then find in place.
+	$(BIN)/python -m pytest $(NOTEBOOKS) tests $(NBVAL)
 	$(BIN)/jupyter-book build -W --keep-going .
 	$(BIN)/python -m tritonbook.browser _build/html --screenshots _build/screenshots \
 	    $(foreach page,$(SCREENSHOTS),--shoot $(page))

@@ -298,7 +298,7 @@ def _agree(values: Sequence[float], tolerance: float) -> bool:
 
 def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str], *,
             concurrency: int = 1, protocol: str = "grpc", window: float | None = None,
-            tolerance: float = 0.10, max_windows: int = 10, min_requests: int = 8,
+            tolerance: float = 0.10, max_windows: int = 10, min_requests: int | None = None,
             warmup: int = 1, timeout: float = 300.0, expected: dict[str, np.ndarray] | None = None,
             rtol: float = 1e-4, atol: float = 1e-4, batch: int | None = None) -> LoadResult:
     """Measure until the last three windows agree, the way perf_analyzer does.
@@ -309,7 +309,8 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
     run stops when the last three windows agree within ``tolerance`` (max / min, for
     throughput and for latency) and hold ``min_requests`` answers, or after
     ``max_windows`` windows, marked unstable. The result covers the last three windows,
-    or as many more as it takes to hold ``min_requests`` answers. ``server`` is the
+    or as many more as it takes to hold ``min_requests`` answers (default 8, or 4 with
+    windows shorter than half a second, CI's setting). ``server`` is the
     server's mean milliseconds per request in each phase over the whole run, from its
     statistics. Warm-up, answer checks and errors work as in ``run``.
     """
@@ -318,6 +319,8 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
     if max_windows < 3:
         raise ValueError("max_windows must be at least 3: stability needs three windows")
     window = window_seconds() if window is None else float(window)
+    if min_requests is None:
+        min_requests = 8 if window >= 0.5 else 4
     if batch is None:
         batch = int(next(iter(inputs.values())).shape[0])
 
