@@ -169,6 +169,25 @@ class _Worker:
             pass
 
 
+def _answer_check(model, expected, rtol, atol):
+    """A function that compares an answer with ``expected`` (nothing to compare: no-op)."""
+    def check(answer):
+        for name, want in (expected or {}).items():
+            np.testing.assert_allclose(answer[name], want, rtol=rtol, atol=atol,
+                                       err_msg=f"{model} output {name} under load")
+    return check
+
+
+def _warm_up(worker, warmup, check, errors, stop) -> None:
+    """``warmup`` untimed, checked requests; the first error stops every worker."""
+    try:
+        for _ in range(warmup):
+            check(worker.send())
+    except BaseException as exc:
+        errors.append(exc)
+        stop.set()
+
+
 def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str], *,
         concurrency: int = 1, requests: int | None = None, protocol: str = "grpc",
         warmup: int = 1, timeout: float = 300.0, expected: dict[str, np.ndarray] | None = None,
@@ -200,18 +219,10 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
     ready = threading.Barrier(concurrency + 1)
     stop = threading.Event()
 
-    def check(answer):
-        for name, want in (expected or {}).items():
-            np.testing.assert_allclose(answer[name], want, rtol=rtol, atol=atol,
-                                       err_msg=f"{model} output {name} under load")
+    check = _answer_check(model, expected, rtol, atol)
 
     def loop(worker: _Worker):
-        try:
-            for _ in range(warmup):
-                check(worker.send())
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
+        _warm_up(worker, warmup, check, errors, stop)
         ready.wait()  # everyone warm: the timed part starts together
         while not stop.is_set():
             with lock:
@@ -335,18 +346,10 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
     ready = threading.Barrier(concurrency + 1, action=lambda: origin.__setitem__(0, time.perf_counter()))
     stop = threading.Event()
 
-    def check(answer):
-        for name, want in (expected or {}).items():
-            np.testing.assert_allclose(answer[name], want, rtol=rtol, atol=atol,
-                                       err_msg=f"{model} output {name} under load")
+    check = _answer_check(model, expected, rtol, atol)
 
     def loop(index: int, worker: _Worker):
-        try:
-            for _ in range(warmup):
-                check(worker.send())
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
+        _warm_up(worker, warmup, check, errors, stop)
         ready.wait()
         while not stop.is_set():
             with lock:
