@@ -11,17 +11,22 @@ from PIL import Image
 
 from tritonbook import browser
 
-GOOD = """<!doctype html><html><body>
+GOOD = f"""<!doctype html><html><body>
 <h1 id="top">Good</h1>
 <img src="pixel.png" alt="a pixel">
 <a href="good.html#top">here</a> <a href="sub/">folder</a> <a href="https://example.org/">outside</a>
+<div class="cell_output"><div class="highlight"><pre style="width: 200px; overflow-x: auto">
+an output may be wider than the page: {"x" * 100}</pre></div></div>
+<div class="highlight"><pre style="width: 200px; overflow-x: auto">short = 1</pre></div>
 </body></html>"""
 
-BAD = """<!doctype html><html><body>
+BAD = f"""<!doctype html><html><body>
 <img src="missing.png" alt="gone">
 <a href="nowhere.html">nowhere</a> <a href="good.html#no-such-id">bad fragment</a>
 <script>console.error("deliberate console error");</script>
 <script>undefinedFunction();</script>
+<div class="highlight"><pre style="width: 200px; overflow-x: auto">short = 1
+far_too_long = {"x" * 80}</pre></div>
 </body></html>"""
 
 
@@ -73,6 +78,12 @@ def test_console_errors_and_exceptions_are_reported(reports):
     errors = " | ".join(reports[0]["bad"].console_errors)
     assert "deliberate console error" in errors
     assert "undefinedFunction" in errors
+
+
+def test_code_that_scrolls_sideways_is_reported(reports):
+    # The good page's wide output is allowed; the bad page's wide code is not.
+    assert reports[0]["bad"].wide_code == ["95 characters: far_too_long = " + "x" * 45]
+    assert reports[0]["good"].wide_code == []
 
 
 def test_missing_page_is_reported(reports):

@@ -365,3 +365,17 @@ def test_cuda_matches_plain(ext, dtype):
         out_plain = upfirdn2d(fused_leaky_relu(xp, bias.double()), kernel.double().cuda(), up=2, pad=(2, 1))
         (grad_plain,) = torch.autograd.grad(out_plain.square().sum(), xp)
         torch.testing.assert_close(grad, grad_plain.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_parity_cases_cover_the_recorded_calls_and_the_extras(ext):
+    # Chapter 1's grid: one case per recorded shape or configuration, a 2-D activation,
+    # and the extra upfirdn2d configurations; each pair of ops agrees on its inputs.
+    calls = {"fused_leaky_relu": [((1, 8, 4, 4), True, 0.2, 2 ** 0.5)] * 3,
+             "upfirdn2d": [((1, 8, 16, 16), (4, 4), 2, 1, (2, 1))] * 2}
+    cases = list(cpp_ops.parity_cases(calls))
+    ops = [op for op, *_ in cases]
+    assert ops == ["fused_leaky_relu"] * 2 + ["upfirdn2d"] * (1 + len(cpp_ops.EXTRA_UPFIRDN2D_CASES))
+    assert cases[1][1] == "2-D (2, 512)"
+    for op, case, (compiled, plain), inputs, _ in cases:
+        torch.testing.assert_close(compiled(*inputs), plain(*inputs), rtol=1e-5, atol=1e-5,
+                                   msg=lambda m, case=case: f"{case}: {m}")

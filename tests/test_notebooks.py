@@ -22,6 +22,7 @@ def test_run_is_stored_with_its_metadata_and_progress_bars_collapsed(tmp_path):
     assert run["succeeded"] is True and run["run_seconds"] == round(seconds, 1) and run["executed"]
     streams = {o.name: o.text for o in notebook.cells[0].outputs if o.output_type == "stream"}
     assert streams == {"stderr": "step 2\n", "stdout": "done\n"}
+    assert "execution" not in notebook.cells[0].metadata  # no per-cell timestamps
 
 
 def test_failed_run_is_stored_as_failed(tmp_path):

@@ -4,7 +4,10 @@
 
 For each page: no console error and no uncaught exception while it loads, every image
 loaded (complete, with a width), and every internal link pointing at a file that exists
-and, with a ``#fragment``, at an id on that page. Screenshots of the pages named with
+and, with a ``#fragment``, at an id on that page, and no code block (a notebook's code
+cell, a file shown with ``literalinclude``, a fenced block) scrolling sideways at the
+book's width, a 1280-pixel window with both sidebars shown. Cell outputs may scroll:
+they are what the code printed. Screenshots of the pages named with
 ``--shoot`` go to the screenshot folder. Exit status 1 lists every problem.
 
 Chromium is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``),
@@ -41,13 +44,15 @@ class PageReport:
     console_errors: list[str] = field(default_factory=list)
     broken_images: list[str] = field(default_factory=list)
     broken_links: list[str] = field(default_factory=list)
+    wide_code: list[str] = field(default_factory=list)
     images: int = 0
     links: int = 0
 
     @property
     def problems(self) -> list[str]:
         return ([f"console: {e}" for e in self.console_errors] + [f"image: {i}" for i in self.broken_images]
-                + [f"link: {link}" for link in self.broken_links])
+                + [f"link: {link}" for link in self.broken_links]
+                + [f"code scrolls sideways: {line}" for line in self.wide_code])
 
 
 class Chromium:
@@ -200,6 +205,11 @@ class Chromium:
 
 IMAGES_JS = """Array.from(document.images).map(i => [i.currentSrc || i.src, i.complete && i.naturalWidth > 0])"""
 LINKS_JS = """Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"""
+# Code blocks wider than their box, each as its longest line (outputs excluded).
+WIDE_CODE_JS = """Array.from(document.querySelectorAll('div.highlight pre'))
+  .filter(pre => !pre.closest('.cell_output') && pre.scrollWidth > pre.clientWidth + 1)
+  .map(pre => pre.textContent.split('\\n').reduce((a, b) => b.length > a.length ? b : a, ''))
+  .map(line => `${line.length} characters: ${line.trim().slice(0, 60)}`)"""
 
 
 def toc_pages(toc: Path) -> list[str]:
@@ -272,6 +282,7 @@ def check_book(html: Path, toc: Path, screenshots: Path | None = None, shoot: tu
             links = browser.evaluate(LINKS_JS) or []
             report.links = len(links)
             report.broken_links += check_links(links, html, ids_cache)
+            report.wide_code = browser.evaluate(WIDE_CODE_JS) or []
             if screenshots is not None and page in shoot:
                 browser.screenshot(screenshots / (page.replace("/", "_") + ".png"))
             if progress:

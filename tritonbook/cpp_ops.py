@@ -325,3 +325,37 @@ def float_instructions(kernel: str = "forward_cpu_kernelIf") -> dict[str, int]:
         elif name.startswith("j") and name != "jmp":
             counts["conditional jumps"] += 1
     return counts
+
+
+# Extra upfirdn2d configurations the network does not use: (C, H, W), kernel, up, down, pad.
+EXTRA_UPFIRDN2D_CASES = [((16, 32, 32), (4, 4), 1, 2, (1, 1)),  # downsample by 2
+                         ((16, 31, 17), (3, 3), 2, 2, (-1, 2)),  # up and down, crop, odd sizes
+                         ((16, 32, 32), (1, 1), 1, 1, (0, 0))]  # identity
+
+
+def parity_cases(calls: dict, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """Chapter 1's parity grid: each op call recorded in ``calls`` (by shape and
+    configuration, at batch 2), plus a 2-D activation and ``EXTRA_UPFIRDN2D_CASES``.
+
+    Yields ``(op, case, (c_plus_plus, pytorch), inputs, grad_inputs)``: the C++ op and
+    its plain-PyTorch rewrite, random inputs on ``device``, and the inputs whose
+    gradients are compared.
+    """
+    from tritonbook.gfpgan import fused_leaky_relu, make_resample_kernel, upfirdn2d
+
+    def random(*shape):
+        return torch.randn(shape, device=device, dtype=dtype)
+
+    activation_shapes = sorted({shape for shape, *_ in calls["fused_leaky_relu"]}, key=len)
+    for shape in activation_shapes + [(4, 512)]:
+        x, bias = random(2, *shape[1:]), random(shape[1])
+        yield ("fused_leaky_relu", f"{len(shape)}-D {tuple(x.shape)}",
+               (fused_leaky_relu_ext, fused_leaky_relu), [x, bias], [x, bias])
+    recorded = {(shape[1:], k, up, down, pad) for shape, k, up, down, pad in calls["upfirdn2d"]}
+    for shape, k, up, down, pad in sorted(recorded) + EXTRA_UPFIRDN2D_CASES:
+        x = random(2, *shape)
+        kernel = make_resample_kernel([1, 3, 3, 1]) if k == (4, 4) else torch.rand(k)
+        kernel = kernel.to(device=device, dtype=dtype)
+        ops = (lambda t, kk=kernel, u=up, d=down, p=pad: upfirdn2d_ext(t, kk, u, d, p),
+               lambda t, kk=kernel, u=up, d=down, p=pad: upfirdn2d(t, kk, u, d, p))
+        yield ("upfirdn2d", f"{tuple(x.shape)} k{k} up{up} down{down} pad{pad}", ops, [x], [x])

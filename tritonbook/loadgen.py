@@ -440,7 +440,7 @@ def sweep(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[s
     from tqdm import tqdm
 
     return [measure(triton, model, inputs, outputs, concurrency=c, **kwargs)
-            for c in tqdm(concurrencies, desc=f"{model} concurrency", disable=not progress, leave=False)]
+            for c in tqdm(concurrencies, desc=f"{model} concurrency", disable=not progress)]
 
 
 def results_table(results: Sequence[LoadResult]):

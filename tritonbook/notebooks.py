@@ -6,7 +6,8 @@
 outputs of a real run. Each notebook's wall time, the time the run started and whether it
 succeeded are stored in its metadata (``tritonbook.run_seconds``, ``tritonbook.executed``,
 ``tritonbook.succeeded``); the workshop guide builds its schedules from them and the
-book's execution table (``book/_ext/run_times.py``) shows them.
+book's execution table (``book/_ext/run_times.py``) shows them. Cells carry no
+execution timestamps, so a re-run changes only the outputs and these three fields.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ def execute(path: Path, timeout: int = 1800) -> float:
         # One stream output per name, with carriage returns applied as a terminal would:
         # a progress bar is stored as its last state, not as one line per update.
         coalesce_streams=True,
+        # No per-cell timestamps: committed notebooks should diff by their outputs only.
+        record_timing=False,
     )
+    for cell in notebook.cells:
+        cell.metadata.pop("execution", None)
     # This interpreter's kernel, whatever kernelspecs the machine has installed.
     client.kernel_manager_class = _current_env_kernel_manager()
     executed = datetime.now(timezone.utc).isoformat(timespec="seconds")

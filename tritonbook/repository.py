@@ -273,6 +273,25 @@ def read_config(model: str, repository: str | os.PathLike = REPOSITORY) -> dict:
     return config
 
 
+def config_with_network(model: str, network: str) -> dict:
+    """A chapter 6 deployment's committed config, calling another restoring network:
+    the ensemble's ``gfpgan`` step, or the python models' ``NETWORK`` parameter."""
+    config = read_config(model)
+    if config.get("platform") == "ensemble":
+        for step in config["ensemble_scheduling"]["step"]:
+            if step["model_name"] == "gfpgan":
+                step["model_name"] = network
+    else:
+        config["parameters"]["NETWORK"] = {"string_value": network}
+    return config
+
+
+def config_with_instances(config: dict, count: int) -> dict:
+    """``config`` with ``count`` instances in its first instance group. Only the count
+    changes: the kind, and so the device, stay those of the config."""
+    return dict(config, instance_group=[dict(config["instance_group"][0], count=count)])
+
+
 def _int64_as_numbers(data: dict, descriptor) -> None:
     """Protobuf's JSON writes 64-bit integers as strings; make them numbers again."""
     from google.protobuf.descriptor import FieldDescriptor as F
