@@ -357,32 +357,15 @@ def triton(tmp_path_factory):
         yield embedded
 
 
-@pytest.fixture(scope="module")
-def outcomes(triton):
-    """Every case run once, a few at a time: each has a model of its own name, and a
-    load is mostly a backend process starting, so the cases overlap on the server."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    model_bytes = {}
-    for case in CASES:  # built one at a time: some builders compile
-        if case.model not in model_bytes:
-            model_bytes[case.model] = case.model()
-
-    def attempt(case):
-        try:
-            c.run(triton, case, model_bytes[case.model])
-        except Exception as error:  # re-raised by the case's own test
-            return error
-        return None
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip((case.name for case in CASES), pool.map(attempt, CASES)))
+MODEL_BYTES: dict = {}
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_backend_contract(outcomes, case):
-    if outcomes[case.name] is not None:
-        raise outcomes[case.name]
+def test_backend_contract(triton, case):
+    builder = case.model
+    if builder not in MODEL_BYTES:
+        MODEL_BYTES[builder] = builder()
+    c.run(triton, case, MODEL_BYTES[builder])
 
 
 def test_every_case_names_its_source_and_one_answer():

@@ -56,7 +56,7 @@ def draw_pipelines(ensemble_config: dict):
     early exit for a picture without faces."""
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.2))
     steps = [step["model_name"] for step in ensemble_config["ensemble_scheduling"]["step"]]
     names = ["request", *steps, "response"]
     place = {name: (2.2 * i, 0.0) for i, name in enumerate(names)}
@@ -76,16 +76,19 @@ def draw_pipelines(ensemble_config: dict):
         style = END if name in ("request", "response") else CHOICE if name == "faces?" else BOX
         _node(bottom, xy, name, style)
     _arrow(bottom, flow["request"], flow["face_detect"], "ENCODED | PIXELS")
-    _arrow(bottom, flow["face_detect"], flow["faces?"], "IMAGE\nFACES\nBOXES")
-    _arrow(bottom, flow["faces?"], flow["gfpgan"], "yes: input__0,\n8 faces a call")
+    _arrow(bottom, flow["face_detect"], flow["faces?"], "BOXES")
+    _arrow(bottom, flow["faces?"], flow["gfpgan"], "yes: FACES in\nchunks of <= 8,\nin parallel")
     _arrow(bottom, flow["gfpgan"], flow["face_paste"], "FACES")
     _arrow(bottom, flow["face_paste"], flow["response"], "RESTORED\nSUMMARY")
+    # face_paste also gets the picture and the boxes; the response carries the boxes.
+    _arrow(bottom, flow["face_detect"], flow["face_paste"], "IMAGE\nBOXES", rad=-0.35)
+    _arrow(bottom, flow["face_detect"], flow["response"], "BOXES", rad=-0.4)
     _arrow(bottom, flow["faces?"], flow["response"], "no face: the picture as it came",
            rad=0.35, color="#b07000")
     bottom.set_title("BLS: face_restore_bls calls the steps from Python "
                      "(async_exec), and can skip them", fontsize=10)
     for ax, width, (low, high) in ((top, place["response"][0], (-0.5, 2.3)),
-                                   (bottom, flow["response"][0], (-1.9, 0.9))):
+                                   (bottom, flow["response"][0], (-1.9, 2.6))):
         ax.set_xlim(-1.0, width + 1.0)
         ax.set_ylim(low, high)
         ax.set_aspect("equal")

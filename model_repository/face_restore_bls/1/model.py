@@ -3,8 +3,9 @@
 One python model that calls face_detect, the network and face_paste through Triton with
 ``async_exec``. Unlike the ensemble it can branch and loop: a picture with no face
 returns right after detection, and any number of faces goes to the network in chunks
-of at most eight (its max_batch_size), all chunks in flight at once. Tensors pass
-between the models through DLPack, without copies.
+of at most eight (its max_batch_size), all chunks in flight at once. Inside this
+process DLPack lets torch read a response's tensor without a copy; between processes
+the tensors still go through the python backend's shared memory.
 """
 
 import asyncio
