@@ -388,3 +388,23 @@ def test_torchscript_builder_writes_a_batch_agnostic_file(tmp_path, monkeypatch)
         reference = gfpgan.GFPGANForDeploy(build_gfpgan(out_size=256, seed=0))(x)
         torch.testing.assert_close(loaded(x), reference, rtol=1e-4, atol=1e-4)
     assert repository.ensure_model_files(["gfpgan"], repository=tmp_path) == []  # present: not rebuilt
+
+
+def test_script_error_summary_names_the_reason_and_the_line():
+    from tritonbook.torchscript import script_error_summary
+
+    class Unscriptable(torch.nn.Module):
+        def forward(self, x):
+            return gfpgan.OPS.fused_leaky_relu(x, None)
+
+    try:
+        torch.jit.script(Unscriptable())
+    except RuntimeError as error:
+        summary = script_error_summary(error)
+    else:
+        raise AssertionError("expected torch.jit.script to reject the module")
+    reason, line = summary.splitlines()
+    assert reason.startswith("RuntimeError: ") and "_Ops" in reason
+    assert line == "at: return gfpgan.OPS.fused_leaky_relu(x, None)"
+    # An error that points at no line: the reason alone.
+    assert script_error_summary(RuntimeError("no source\n")) == "RuntimeError: no source"

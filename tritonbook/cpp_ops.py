@@ -183,11 +183,14 @@ class FusedLeakyReLUFunctionBackward(Function):
 
 
 class FusedLeakyReLUFunction(Function):
-    """``scale * leaky_relu(x + bias, negative_slope)`` on the compiled kernel (bias may be None)."""
+    """``scale * leaky_relu(x + bias, negative_slope)`` on the compiled
+    kernel (bias may be None)."""
 
     @staticmethod
     def forward(ctx, input, bias, negative_slope, scale):
-        out = load_extension().fused_bias_act(input, bias, negative_slope, scale)
+        out = load_extension().fused_bias_act(
+            input, bias, negative_slope, scale
+        )
         ctx.save_for_backward(out)
         ctx.has_bias = bias is not None
         ctx.negative_slope = negative_slope
@@ -198,8 +201,12 @@ class FusedLeakyReLUFunction(Function):
     def backward(ctx, grad_output):
         (out,) = ctx.saved_tensors
         grad_input, grad_bias = FusedLeakyReLUFunctionBackward.apply(
-            grad_output.contiguous(), out, ctx.negative_slope, ctx.scale)
-        return grad_input, (grad_bias if ctx.has_bias else None), None, None
+            grad_output.contiguous(), out, ctx.negative_slope, ctx.scale
+        )
+        if not ctx.has_bias:
+            grad_bias = None
+        # No gradient for negative_slope and scale: plain numbers.
+        return grad_input, grad_bias, None, None
 
 
 def fused_leaky_relu_ext(x: torch.Tensor, bias: torch.Tensor | None, negative_slope: float = 0.2,

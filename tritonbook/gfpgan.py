@@ -394,14 +394,16 @@ class ModulatedConv2d(nn.Module):
             out = F.conv2d(x.reshape(1, b * c, h, w), weight, padding=self.padding, groups=b)
         return out.reshape(b, self.out_channels, out.shape[2], out.shape[3])
 
-    def _forward_shared(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        """The same math with one shared weight: scale the input, convolve, rescale the output.
+    def _forward_shared(self, x: torch.Tensor, style: torch.Tensor):
+        """The same math with one shared weight: scale the input,
+        convolve, rescale the output.
 
-        Modulation multiplies input channel ``i`` of every filter by ``s[i]``, which is
-        the same as multiplying the input by ``s`` first; demodulation multiplies
-        output channel ``o`` by a number, which can wait until after the convolution
-        (and the blur, which works per channel).  No shape becomes a Python number,
-        so a trace works for any batch size.  Equal to the grouped form up to
+        Modulation multiplies input channel ``i`` of every filter by
+        ``s[i]``, which is the same as multiplying the input by ``s``
+        first; demodulation multiplies output channel ``o`` by a number,
+        which can wait until after the convolution (and the blur, which
+        works per channel). No shape becomes a Python number, so a trace
+        works for any batch size. Equal to the grouped form up to
         floating-point rounding.
         """
         b, c = x.shape[0], x.shape[1]
@@ -410,12 +412,16 @@ class ModulatedConv2d(nn.Module):
         x = x * s.view(b, c, 1, 1)
         demod = None
         if self.demodulate:
-            # |w * s|^2 summed over (in, k, k), for every sample and output channel
-            demod = torch.rsqrt(s.pow(2) @ weight.pow(2).sum([2, 3]).t() + self.eps)  # (b, out)
+            # |w * s|^2 summed over (in, k, k), for every sample and
+            # output channel: (b, out).
+            energy = s.pow(2) @ weight.pow(2).sum([2, 3]).t()
+            demod = torch.rsqrt(energy + self.eps)
             demod = demod.view(b, self.out_channels, 1, 1)
 
         if self.sample_mode == "upsample":
-            out = F.conv_transpose2d(x, weight.transpose(0, 1), padding=0, stride=2)
+            out = F.conv_transpose2d(
+                x, weight.transpose(0, 1), padding=0, stride=2
+            )
             if demod is not None:
                 out = out * demod
             return self.smooth(out)

@@ -137,19 +137,31 @@ def network_input(faces: np.ndarray, size: int) -> np.ndarray:
     return faces if len(faces) else np.zeros((1, 3, size, size), np.float32)
 
 
-def restore(image: np.ndarray, detector: FaceDetector, network: Callable[[np.ndarray], np.ndarray],
-            size: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """The whole pipeline in one process: (restored image, boxes, summary JSON).
+def restore(
+    image: np.ndarray,
+    detector: FaceDetector,
+    network: Callable[[np.ndarray], np.ndarray],
+    size: int,
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """The whole pipeline in one process: (restored image, boxes,
+    summary JSON).
 
-    ``network`` maps float32 (n, 3, size, size) to the same shape; it is called with at
-    most NETWORK_BATCH faces at a time and not at all when there is no face.
+    ``network`` maps float32 (n, 3, size, size) to the same shape; it
+    is called with at most NETWORK_BATCH faces at a time and not at all
+    when there is no face.
     """
     boxes = detector(image)
     if len(boxes) == 0:
         return image.copy(), boxes, summary(image, boxes, size)
     faces = crop_faces(image, boxes, size)
-    restored = np.concatenate([network(faces[i:i + NETWORK_BATCH]) for i in range(0, len(faces), NETWORK_BATCH)])
-    return paste_faces(image, restored, boxes), boxes, summary(image, boxes, size)
+    restored = np.concatenate(
+        [
+            network(faces[i : i + NETWORK_BATCH])
+            for i in range(0, len(faces), NETWORK_BATCH)
+        ]
+    )
+    pasted = paste_faces(image, restored, boxes)
+    return pasted, boxes, summary(image, boxes, size)
 
 
 def group_photo(faces: int, tile: np.ndarray, filler: np.ndarray) -> np.ndarray:

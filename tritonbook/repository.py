@@ -60,31 +60,47 @@ def build_affine_onnx(path: Path) -> None:
 
 
 def build_gfpgan_torchscript(path: Path) -> None:
-    """GFPGANv1 traced for serving: the steps of chapters 2 and 3 in one function.
+    """GFPGANv1 traced for serving: the steps of chapters 2 and 3 in one
+    function.
 
     The network is the real one when its checkpoint is available
-    (``$GFPGAN_WEIGHTS`` or ``assets/GFPGANv1.pth``), else the seeded random
-    stand-in; which one is written into the file as ``extra/tritonbook.txt``.
-    The trace is of ``GFPGANForDeploy`` (inference options fixed) with the
-    batch-agnostic modulated convolution, checked at a second batch size
-    before it is saved.
+    (``$GFPGAN_WEIGHTS`` or ``assets/GFPGANv1.pth``), else the seeded
+    random stand-in; which one is written into the file as
+    ``extra/tritonbook.txt``. The trace is of ``GFPGANForDeploy``
+    (inference options fixed) with the batch-agnostic modulated
+    convolution, checked at a second batch size before it is saved.
     """
     import torch
 
-    from tritonbook.gfpgan import GFPGANForDeploy, gfpgan_from_environment, use_ops
+    from tritonbook.gfpgan import (
+        GFPGANForDeploy,
+        gfpgan_from_environment,
+        use_ops,
+    )
     from tritonbook.images import load_face, to_tensor
 
     net, description = gfpgan_from_environment()
     deploy = GFPGANForDeploy(net).eval()
     face = to_tensor(load_face(net.out_size))
-    with warnings.catch_warnings(), torch.no_grad(), use_ops(fused_modconv=False):
+    with (
+        warnings.catch_warnings(),
+        torch.no_grad(),
+        use_ops(fused_modconv=False),
+    ):
         warnings.simplefilter("ignore", DeprecationWarning)
-        # The channel split in the SFT layers is a constant of the architecture.
+        # The channel split in the SFT layers is a constant of the
+        # architecture.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         traced = torch.jit.trace(deploy, face, check_trace=False)
         pair = torch.cat([face, face.flip(3)])
-        torch.testing.assert_close(traced(pair), deploy(pair), rtol=1e-4, atol=1e-4)
-        torch.jit.save(traced, str(path), _extra_files={"tritonbook.txt": description})
+        torch.testing.assert_close(
+            traced(pair), deploy(pair), rtol=1e-4, atol=1e-4
+        )
+        torch.jit.save(
+            traced,
+            str(path),
+            _extra_files={"tritonbook.txt": description},
+        )
 
 
 def _gfpgan_deploy_examples():
@@ -154,9 +170,10 @@ def build_gfpgan_onnx(path: Path) -> None:
 def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
     """SRCNN with a dynamic factor as ONNX: the modern path of chapter 4.
 
-    The multi-scale weights from ``assets/`` (or ``weights``), the ``tritonbook::resize_bicubic`` custom
-    operator translated to an ONNX ``Resize`` whose ``scales`` is the graph input
-    ``factor``, and dynamic image height and width. One file, no external data.
+    The multi-scale weights from ``assets/`` (or ``weights``), the
+    ``tritonbook::resize_bicubic`` custom operator translated to an ONNX
+    ``Resize`` whose ``scales`` is the graph input ``factor``, and
+    dynamic image height and width. One file, no external data.
     """
     import logging
 
@@ -164,17 +181,31 @@ def build_srcnn_onnx(path: Path, weights: Path | None = None) -> None:
 
     from tritonbook import srcnn
 
-    # The exporter logs that torchvision's operators are not registered: not used here.
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-    model = srcnn.load_srcnn_checkpoint(weights or srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp())
+    # The exporter logs that torchvision's operators are not
+    # registered: not used here.
+    logging.getLogger(
+        "torch.onnx._internal.exporter._registration"
+    ).setLevel(logging.ERROR)
+    model = srcnn.load_srcnn_checkpoint(
+        weights or srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNCustomOp()
+    )
     example = torch.zeros(1, 3, 32, 48)
-    height, width = torch.export.Dim("height", min=4), torch.export.Dim("width", min=4)
+    height = torch.export.Dim("height", min=4)
+    width = torch.export.Dim("width", min=4)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (example, srcnn.scales_tensor(3)), str(path), dynamo=True,
-                          custom_translation_table=srcnn.TRANSLATION_TABLE, external_data=False,
-                          dynamic_shapes=({2: height, 3: width}, None),
-                          input_names=["input", "factor"], output_names=["output"], verbose=False)
+        torch.onnx.export(
+            model,
+            (example, srcnn.scales_tensor(3)),
+            str(path),
+            dynamo=True,
+            custom_translation_table=srcnn.TRANSLATION_TABLE,
+            external_data=False,
+            dynamic_shapes=({2: height, 3: width}, None),
+            input_names=["input", "factor"],
+            output_names=["output"],
+            verbose=False,
+        )
 
 
 def build_face_passthrough(path: Path) -> None:

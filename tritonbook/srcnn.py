@@ -110,27 +110,36 @@ class SRCNNItem(SRCNN):
 
 
 class DynamicResize(torch.autograd.Function):
-    """Bicubic resize by a ``scales`` tensor, with an ONNX ``symbolic`` for the legacy exporter.
+    """Bicubic resize by a ``scales`` tensor, with an ONNX ``symbolic``
+    for the legacy exporter.
 
-    ``forward`` reads the last two entries of ``scales`` as Python numbers; ``symbolic``
-    emits ``Resize(input, roi=[], scales)`` so the exported graph keeps ``scales`` as an
-    input.  The TorchScript-based exporter (``dynamo=False``) calls ``symbolic``; the
-    dynamo exporter ignores it and traces ``forward``, where ``tolist()`` fails.
+    ``forward`` reads the last two entries of ``scales`` as Python
+    numbers; ``symbolic`` emits ``Resize(input, roi=[], scales)`` so the
+    exported graph keeps ``scales`` as an input. The TorchScript-based
+    exporter (``dynamo=False``) calls ``symbolic``; the dynamo exporter
+    ignores it and traces ``forward``, where ``tolist()`` fails.
     """
 
     @staticmethod
-    def forward(ctx, input: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, input: torch.Tensor, scales: torch.Tensor):
         return bicubic_upscale(input, scales.tolist()[-2:])
 
     @staticmethod
     def symbolic(g, input, scales):
-        empty_roi = g.op("Constant", value_t=torch.tensor([], dtype=torch.float32))
+        no_roi = torch.tensor([], dtype=torch.float32)
+        empty_roi = g.op("Constant", value_t=no_roi)
+        attributes = RESIZE_ATTRIBUTES
         return g.op(
-            "Resize", input, empty_roi, scales,
-            coordinate_transformation_mode_s=RESIZE_ATTRIBUTES["coordinate_transformation_mode"],
-            cubic_coeff_a_f=RESIZE_ATTRIBUTES["cubic_coeff_a"],
-            mode_s=RESIZE_ATTRIBUTES["mode"],
-            nearest_mode_s=RESIZE_ATTRIBUTES["nearest_mode"],
+            "Resize",
+            input,
+            empty_roi,
+            scales,
+            coordinate_transformation_mode_s=attributes[
+                "coordinate_transformation_mode"
+            ],
+            cubic_coeff_a_f=attributes["cubic_coeff_a"],
+            mode_s=attributes["mode"],
+            nearest_mode_s=attributes["nearest_mode"],
         )
 
 
@@ -142,19 +151,25 @@ class SRCNNFunction(SRCNN):
 
 
 @torch.library.custom_op("tritonbook::resize_bicubic", mutates_args=())
-def resize_bicubic(image: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """Bicubic resize of NCHW ``image`` by ``scales`` (``[1, 1, s_h, s_w]``), as one opaque operator."""
-    return bicubic_upscale(image, tuple(float(s) for s in scales.tolist()[-2:]))
+def resize_bicubic(
+    image: torch.Tensor, scales: torch.Tensor
+) -> torch.Tensor:
+    """Bicubic resize of NCHW ``image`` by ``scales``
+    (``[1, 1, s_h, s_w]``), as one opaque operator."""
+    factors = tuple(float(s) for s in scales.tolist()[-2:])
+    return bicubic_upscale(image, factors)
 
 
 @resize_bicubic.register_fake
-def _resize_bicubic_fake(image: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    # The output height and width depend on the values in `scales`, which tracing
-    # does not see: declare them as new data-dependent sizes.
+def _resize_bicubic_fake(image: torch.Tensor, scales: torch.Tensor):
+    # The output height and width depend on the values in `scales`,
+    # which tracing does not see: declare them as new data-dependent
+    # sizes.
     ctx = torch.library.get_ctx()
     height = ctx.new_dynamic_size()
     width = ctx.new_dynamic_size()
-    return image.new_empty((image.shape[0], image.shape[1], height, width))
+    batch, channels = image.shape[0], image.shape[1]
+    return image.new_empty((batch, channels, height, width))
 
 
 class SRCNNCustomOp(SRCNN):
@@ -165,10 +180,12 @@ class SRCNNCustomOp(SRCNN):
 
 
 def resize_bicubic_onnx(image, scales):
-    """ONNX for ``tritonbook::resize_bicubic``: an opset-18 ``Resize`` with the roi left out.
+    """ONNX for ``tritonbook::resize_bicubic``: an opset-18 ``Resize``
+    with the roi left out.
 
-    The dynamo exporter calls it with symbolic values while it translates the graph
-    (an entry of ``custom_translation_table``); the node it returns replaces the operator.
+    The dynamo exporter calls it with symbolic values while it
+    translates the graph (an entry of ``custom_translation_table``);
+    the node it returns replaces the operator.
     """
     from onnxscript import opset18 as op
 
