@@ -117,7 +117,8 @@ class DynamicResize(torch.autograd.Function):
     numbers; ``symbolic`` emits ``Resize(input, roi=[], scales)`` so the
     exported graph keeps ``scales`` as an input. The TorchScript-based
     exporter (``dynamo=False``) calls ``symbolic``; the dynamo exporter
-    ignores it and traces ``forward``, where ``tolist()`` fails.
+    ignores it and traces ``forward``, where ``tolist()`` gives symbolic
+    numbers that the bicubic upsampling refuses.
     """
 
     @staticmethod
@@ -192,8 +193,11 @@ def resize_bicubic_onnx(image, scales):
     return op.Resize(image, None, scales, **RESIZE_ATTRIBUTES)
 
 
-# For torch.onnx.export(..., dynamo=True, custom_translation_table=TRANSLATION_TABLE).
-TRANSLATION_TABLE = {torch.ops.tritonbook.resize_bicubic.default: resize_bicubic_onnx}
+# For torch.onnx.export(..., dynamo=True,
+#                       custom_translation_table=TRANSLATION_TABLE).
+TRANSLATION_TABLE = {
+    torch.ops.tritonbook.resize_bicubic.default: resize_bicubic_onnx,
+}
 
 VARIANTS = {
     "static": SRCNNStatic,

@@ -89,9 +89,9 @@ class TritonPythonModel:
                 ]
             )
 
-        # DLPack: a torch view of face_detect's output, sliced into
-        # chunks, each handed to the network as its input tensor;
-        # nothing is copied on the way.
+        # DLPack: a torch view of face_detect's output, without a copy
+        # in this process, sliced into chunks, each handed to the
+        # network as its input tensor.
         crops = torch.from_dlpack(faces.to_dlpack())
         calls = []
         for i in range(0, len(box_array), pipeline.NETWORK_BATCH):
