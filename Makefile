@@ -38,6 +38,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	# perf_analyzer, NVIDIA's load generator, from the tritonclient 2.51.0 wheel
+	# (tritonbook/perf.py says why that one).
+	$(BIN)/python -c "from tritonbook import perf; perf.install()"
 	touch $@
 
 book: execute html

@@ -72,3 +72,47 @@ def save_torchscript(module) -> callable:
             torch.jit.save(torch.jit.script(module), str(path))
 
     return build
+
+
+# A model whose service time is known: each execution sleeps PACE_MS, whatever it
+# carries, on one serial instance, so it can answer at most 1000 / PACE_MS executions
+# a second. The load tests hold the book's measurements to that.
+PACE_MS = 20
+PACED_CONFIG = f"""
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "INPUT__0", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT__0", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+instance_group [ {{ kind: KIND_CPU, count: 1 }} ]
+parameters {{ key: "PACE_MS", value: {{ string_value: "{PACE_MS}" }} }}
+"""
+PACED_MODEL = """
+import json
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.pace = float(parameters["PACE_MS"]["string_value"]) / 1e3
+
+    def execute(self, requests):
+        time.sleep(self.pace)  # one execution, however many requests it carries
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT__0").as_numpy()
+            output = pb_utils.Tensor("OUTPUT__0", x)
+            responses.append(pb_utils.InferenceResponse([output]))
+        return responses
+"""
+
+
+@pytest.fixture(scope="session")
+def paced_server(scratch_repository, scratch_server):
+    """The scratch server with ``paced`` loaded (PACE_MS per execution, one instance)."""
+    write_model(scratch_repository, "paced", PACED_CONFIG, {"1/model.py": PACED_MODEL})
+    scratch_server.load("paced")
+    yield scratch_server
+    scratch_server.unload("paced")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from conftest import PACE_MS
 from tritonbook import loadgen, repository
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -56,36 +57,88 @@ def test_measure_reports_stable_windows_and_server_times(triton, protocol):
     result = loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"],
                              concurrency=2, protocol=protocol, window=0.2, tolerance=0.5,
                              expected={"output__0": 2 * X + 1})
-    assert result.stable and 3 <= len(result.windows) <= 10
-    # The result covers whole windows at the end of the run; its last three agreed.
-    assert result.wall == pytest.approx(round(result.wall / 0.2) * 0.2) and result.wall >= 0.6 - 1e-9
+    # A settling window, then three that agreed; the result is exactly those three.
+    assert result.stable and 4 <= len(result.windows) <= 10
+    assert result.wall >= 3 * 0.2 - 1e-9
     for column in (0, 1):
         values = [w[column] for w in result.windows[-3:]]
         assert max(values) / min(values) <= 1.5
-    assert result.requests >= 8 and all(0 <= t < result.wall for t in result.completions)
-    # Fractional counting: the work is within one request per worker of the answers counted.
-    assert abs(result.work - result.requests) <= 2
-    assert result.throughput == pytest.approx(result.work * 2 / result.wall)
-    assert set(result.server) == {"queue", "input", "infer", "output"}
+    assert result.requests >= 60 and all(0 <= t < result.wall for t in result.completions)
+    assert result.throughput == pytest.approx(result.requests * 2 / result.wall)
+    assert set(result.server) == {"queue", "input", "infer", "output", "overhead"}
     assert all(ms >= 0 for ms in result.server.values())
     assert result.server["infer"] < result.median * 1e3  # the server's part of the client's time
+    assert result.instances == 1 and 0 < result.utilisation <= 1.1
     row = result.row()
     assert row["windows"] == len(result.windows) and row["stable"] is True and "server queue ms" in row
     assert "stable after" in str(result)
 
 
-def test_measure_marks_a_run_that_never_settles_unstable(triton):
+def test_measure_marks_a_run_that_never_settles_unstable_and_stops_at_the_limit(triton):
     result = loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"],
-                             concurrency=1, window=0.1, tolerance=0.0, max_windows=4)
-    assert result.stable is False and len(result.windows) >= 4
-    assert "UNSTABLE after" in str(result)
+                             concurrency=1, window=0.05, tolerance=0.0, max_windows=5,
+                             min_requests=3)
+    assert result.stable is False and len(result.windows) == 5
+    assert "UNSTABLE after 5 windows" in str(result)
 
 
-def test_measure_counts_slow_requests_by_their_share_of_a_window():
-    # One request from 0.5 s to 2.5 s: a quarter of it lies in [0, 1), half in [1, 2).
-    assert loadgen._work([(0.5, 2.5)], 0.0, 1.0) == (0.25, 0.5)
-    assert loadgen._work([(0.5, 2.5)], 1.0, 2.0) == (0.5, 1.0)
-    assert loadgen._work([(0.5, 2.5)], 3.0, 4.0) == (0.0, 0.0)
+def test_a_request_counts_once_in_the_window_where_its_answer_arrived():
+    # Sent at 0.5 s, answered at 2.5 s: it belongs to [2, 3) alone, whatever it spans.
+    spans = [(0.5, 2.5), (2.1, 2.6), (2.9, 3.0)]
+    assert loadgen._window_stats(spans, 0.0, 1.0, batch=1)[0] == 0
+    assert loadgen._window_stats(spans, 1.0, 2.0, batch=1)[0] == 0
+    count, throughput, latency = loadgen._window_stats(spans, 2.0, 3.0, batch=2)
+    assert count == 2 and throughput == pytest.approx(4.0) and latency == pytest.approx(1.25)
+    assert loadgen._window_stats(spans, 3.0, 4.0, batch=1)[0] == 1  # [start, end)
+
+
+def test_three_windows_agree_only_with_enough_answers_and_both_measures_close():
+    steady = [(20, 100.0, 0.010), (21, 105.0, 0.0105), (20, 100.0, 0.010)]
+    assert loadgen._triple_agrees(steady, tolerance=0.10, min_requests=60)
+    assert not loadgen._triple_agrees(steady, tolerance=0.10, min_requests=62)
+    slower = [*steady[:2], (20, 100.0, 0.012)]  # latency 20 % apart
+    assert not loadgen._triple_agrees(slower, tolerance=0.10, min_requests=60)
+    assert not loadgen._triple_agrees(steady[:2], tolerance=0.10, min_requests=1)
+
+
+def _totals(requests, executions, compute_ns):
+    return {"requests": requests, "success": compute_ns, "queue": 0, "input": 0,
+            "infer": compute_ns, "output": 0, "inferences": requests,
+            "executions": executions}
+
+
+def test_capacity_check_refuses_more_answers_than_instances_can_compute():
+    zero = _totals(0, 0, 0)
+    # One instance, 100 executions of 10 ms each, one request each: 100/s at most.
+    after = _totals(100, 100, 100 * 10_000_000)
+    assert loadgen.capacity_check(100, 1.0, zero, after, instances=1) == pytest.approx(100)
+    # 1 s holds at most 101 executions (one may have begun before the span) ...
+    assert loadgen.capacity_check(111, 1.0, zero, after, instances=1) == pytest.approx(100)
+    # ... and 118 answers (the committed GFPGAN point of issue 27, scaled) cannot be.
+    with pytest.raises(loadgen.ImplausibleMeasurement, match="at most 101"):
+        loadgen.capacity_check(118, 1.0, zero, after, instances=1)
+    # Batches of four requests: four times as many answers are possible.
+    batched = _totals(400, 100, 400 * 10_000_000)
+    assert loadgen.capacity_check(400, 1.0, zero, batched, instances=1) == pytest.approx(400)
+    # No instances of its own (an ensemble) or no data: no check.
+    assert loadgen.capacity_check(10**6, 1.0, zero, after, instances=None) is None
+    assert loadgen.capacity_check(10, 1.0, zero, zero, instances=1) is None
+
+
+def test_measure_on_a_paced_model_never_reports_more_than_one_instance_can_do(paced_server):
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    ceiling = 1000 / PACE_MS
+    for concurrency in (1, 4):
+        result = loadgen.measure(paced_server, "paced", {"INPUT__0": x}, ["OUTPUT__0"],
+                                 concurrency=concurrency, window=0.2)
+        # The start, with every worker sending at once, is in no reported window:
+        # the throughput stays under the ceiling.
+        assert result.stable and result.throughput <= ceiling * 1.02
+        assert result.capacity == pytest.approx(ceiling, rel=0.1)
+        assert result.server["infer"] == pytest.approx(PACE_MS, rel=0.25)
+        # The server answered the same requests the client counted, give or take
+        # the ones in flight at the two edges.
+        assert 0.9 < result.utilisation <= 1.05
 
 
 def test_tail_percentiles_need_five_samples_beyond_them():
@@ -127,8 +180,8 @@ def test_bad_arguments(triton):
         loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], concurrency=4, requests=2)
     with pytest.raises(ValueError, match="protocol"):
         loadgen.run(triton, "affine_torchscript", {"input__0": X}, ["output__0"], protocol="udp")
-    with pytest.raises(ValueError, match="three windows"):
-        loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"], max_windows=2)
+    with pytest.raises(ValueError, match="three to compare"):
+        loadgen.measure(triton, "affine_torchscript", {"input__0": X}, ["output__0"], max_windows=3)
 
 
 def test_sweep_table_and_statistics(triton):
@@ -154,22 +207,11 @@ def test_sweep_table_and_statistics(triton):
 
 def test_plot_sweeps_draws_both_panels(triton):
     results = loadgen.sweep(triton, "affine_torchscript", {"input__0": X}, ["output__0"], [1, 2],
-                            window=0.1, max_windows=3, progress=False)
+                            window=0.1, max_windows=4, min_requests=3, progress=False)
     fig = loadgen.plot_sweeps({"affine": results}, "test")
     left, right = fig.axes
     assert len(left.lines) == 1 and list(left.lines[0].get_xdata()) == [1, 2]
     assert right.get_ylabel().startswith("latency")
-
-
-def test_perf_analyzer_command():
-    face = np.zeros((1, 3, 256, 256), np.float32)
-    command = loadgen.perf_analyzer_command("gfpgan_batched", {"input__0": face}, [1, 2, 4, 8])
-    assert "-m gfpgan_batched" in command and "--shape input__0:3,256,256" in command
-    assert "-b 1" in command and "--concurrency-range 1:8:1" in command
-    evenly = loadgen.perf_analyzer_command("srcnn", {"input": face}, [2, 4, 6], protocol="http",
-                                           url="127.0.0.1:8000", batched=False)
-    assert "--concurrency-range 2:6:2" in evenly and "--shape input:1,3,256,256" in evenly
-    assert "-b " not in evenly and "-i http" in evenly
 
 
 def test_read_config_gives_integer_dims():

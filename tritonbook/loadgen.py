@@ -1,29 +1,29 @@
-"""A small closed-loop load generator built on tritonclient: the book's perf_analyzer.
+"""A small closed-loop load generator on tritonclient that checks every answer.
 
-Triton's own load generator, ``perf_analyzer``, is a C++ program that is not on PyPI
-(the ``perf-analyzer`` package there is an empty placeholder). It ships in the SDK
-container, ``nvcr.io/nvidia/tritonserver:<YY.MM>-py3-sdk``; ``perf_analyzer_command``
-writes the command that measures what ``sweep`` measures.
+NVIDIA's own load generator, ``perf_analyzer`` (``tritonbook.perf`` runs it), is what
+the book measures load with. This module does what perf_analyzer cannot: it compares
+every answer under load with the expected one, so a fast wrong answer cannot pass as a
+measurement. ``tests/test_perf.py`` holds the two to each other where the client is not
+the bottleneck.
 
 Closed loop, like perf_analyzer's ``--concurrency-range``: ``concurrency`` workers each
 send a request, wait for its answer, and send the next, so at most ``concurrency``
 requests are in flight. Each request's latency is the client's wall time from sending
-to having the output as a NumPy array, serialisation included.
+to having the output as a NumPy array, serialisation included. Python serialises and
+parses more slowly than perf_analyzer's C++: on a model that computes for a fraction of
+a millisecond, this client, not the server, sets the pace.
 
-Two ways to decide how long to measure:
-
-- ``measure`` works the way perf_analyzer does: it cuts time into windows and reports
-  once the last three windows agree (max / min of throughput and of mean latency within
-  ``tolerance``, perf_analyzer's default 10 %), or marks the result unstable after
-  ``max_windows``. It also reads the server's own times (queue, compute) for the run.
+- ``measure`` measures the way perf_analyzer does: windows until three in a row agree
+  (see its docstring), the server's own times over the same span, and a check that the
+  throughput does not exceed what the model's instances can compute.
 - ``run`` sends a fixed number of requests: for checks under load, not for numbers.
 
-    result = measure(triton, "gfpgan_batched", {"input__0": face}, ["output__0"], concurrency=4)
+    result = measure(triton, "srcnn", inputs, ["output"], concurrency=4)
     print(result)  # throughput and latency, with how they were measured
 
 The window length comes from the environment variable ``TRITONBOOK_WINDOW_S`` (seconds,
-default 1.0). CI sets it shorter: every cell still runs and checks what it checks, and
-its numbers are noisier.
+default 1.0); ``tritonbook.perf`` uses it for perf_analyzer's windows too. CI sets it
+shorter: every cell still runs and checks what it checks, and its numbers are noisier.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["LoadResult", "measure", "run", "sweep", "window_seconds", "server_totals",
-           "compare_throughput", "results_table", "plot_sweeps", "perf_analyzer_command",
+           "capacity_check", "served_instances", "ImplausibleMeasurement",
+           "compare_throughput", "results_table", "plot_sweeps",
            "executions_by_batch_size", "statistics_table"]
 
 
@@ -55,13 +56,15 @@ class LoadResult:
     wall: float  # seconds from the first send to the last answer
     # When each answer arrived, in seconds from the first send, in completion order.
     completions: tuple[float, ...] = field(default=(), repr=False)
-    # measure() only: requests done in the measured span, counting a request that
-    # straddles its edge by the fraction of it inside; each window's (infer/s, mean
-    # latency); whether the last three agreed; the server's mean ms per request.
-    work: float | None = None
+    # measure() only: each window's (infer/s, mean latency), the settling window
+    # first; whether the reported three agreed; the server's mean ms per request in
+    # each phase over the reported span; the requests per second its instances can
+    # answer at the compute time it reported (capacity_check), and how many there are.
     windows: tuple[tuple[float, float], ...] = field(default=(), repr=False)
     stable: bool | None = None
     server: dict[str, float] | None = None
+    capacity: float | None = None
+    instances: int | None = None
 
     @property
     def requests(self) -> int:
@@ -70,8 +73,7 @@ class LoadResult:
     @property
     def throughput(self) -> float:
         """Inferences (rows) per second over the measured span."""
-        done = self.requests if self.work is None else self.work
-        return done * self.batch / self.wall
+        return self.requests * self.batch / self.wall
 
     @property
     def throughput_range(self) -> tuple[float, float]:
@@ -108,6 +110,14 @@ class LoadResult:
         return f"{verdict} after {len(self.windows)} windows, {self.requests} requests in the last 3"
 
     @property
+    def utilisation(self) -> float:
+        """Requests per second over what the instances can answer (``capacity``):
+        near 1, every instance computed all the time. NaN without a capacity."""
+        if not self.capacity:
+            return math.nan
+        return self.requests / self.wall / self.capacity
+
+    @property
     def quartiles(self) -> tuple[float, float]:
         return self.percentile(25), self.percentile(75)
 
@@ -130,6 +140,8 @@ class LoadResult:
             row.update(windows=len(self.windows), stable=self.stable)
         if self.server is not None:
             row.update({f"server {phase} ms": ms for phase, ms in self.server.items()})
+        if self.capacity is not None:
+            row["utilisation"] = self.utilisation
         return row
 
 
@@ -277,34 +289,100 @@ SERVER_PHASES = {"queue": "queue", "input": "compute_input", "infer": "compute_i
                  "output": "compute_output"}
 
 
+class ImplausibleMeasurement(AssertionError):
+    """A load point served more than its instances can compute: a measurement bug."""
+
+
 def server_totals(triton, model: str) -> dict[str, int]:
-    """The server's count of successful requests and its nanoseconds in each phase
-    (``SERVER_PHASES``), from the statistics API, all versions summed."""
-    totals = dict.fromkeys(["requests", *SERVER_PHASES], 0)
+    """The server's cumulative counts for ``model`` (all versions summed), from the
+    statistics API: successful requests and their nanoseconds end to end
+    (``success``), nanoseconds in each phase (``SERVER_PHASES``), inferences (batch
+    rows) and executions of the model."""
+    totals = dict.fromkeys(["requests", "success", *SERVER_PHASES, "inferences",
+                            "executions"], 0)
     for entry in triton.http().get_inference_statistics(model)["model_stats"]:
         stats = entry["inference_stats"]
         totals["requests"] += int(stats["success"]["count"])
+        totals["success"] += int(stats["success"]["ns"])
         for phase, key in SERVER_PHASES.items():
             totals[phase] += int(stats[key]["ns"])
+        totals["inferences"] += int(entry["inference_count"])
+        totals["executions"] += int(entry["execution_count"])
     return totals
 
 
-def _work(spans, start: float, end: float) -> tuple[float, float]:
-    """Requests done in [start, end), a request counted by the fraction of its time
-    inside, and their latency-weighted sum: smooth even when a window holds one request."""
-    work = weighted = 0.0
-    for sent, done in spans:
-        if done < start or sent >= end:
-            continue
-        took = done - sent
-        part = (min(done, end) - max(sent, start)) / took if took > 0 else float(start <= done < end)
-        work += part
-        weighted += part * took
-    return work, weighted
+def served_instances(triton, model: str) -> int | None:
+    """How many instances serve ``model``, from the config the server uses; None for
+    a model without instances of its own (an ensemble)."""
+    config = triton.http().get_model_config(model)
+    if config.get("platform") == "ensemble":
+        return None
+    return sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or None
+
+
+def _server_means(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """Mean milliseconds per request in each phase between two ``server_totals``,
+    and the rest of the server's time ("overhead": parsing, scheduling, responding)."""
+    served = after["requests"] - before["requests"]
+    if not served:
+        return dict.fromkeys([*SERVER_PHASES, "overhead"], math.nan)
+    means = {phase: (after[phase] - before[phase]) / served / 1e6 for phase in SERVER_PHASES}
+    total = (after["success"] - before["success"]) / served / 1e6
+    means["overhead"] = max(total - sum(means.values()), 0.0)
+    return means
+
+
+def capacity_check(requests: int, span: float, before: dict[str, int],
+                   after: dict[str, int], instances: int | None,
+                   tolerance: float = 0.10) -> float | None:
+    """The most requests per second ``instances`` serial instances can answer, and
+    a check that ``requests`` answers in ``span`` seconds did not exceed it.
+
+    One execution takes the server's mean compute time C (input, infer, output; every
+    request of a batch is credited the batch's time) and answers the mean number of
+    requests per execution, R. In ``span`` seconds an instance finishes at most
+    span / C + 1 executions (the +1: one that began before the span). More answers
+    than instances x (span / C + 1) x R, beyond ``tolerance``, cannot have happened:
+    ``ImplausibleMeasurement``. Returns instances x R / C, or None without instances
+    or server data.
+    """
+    served = after["requests"] - before["requests"]
+    executions = after["executions"] - before["executions"]
+    if not instances or not served or not executions:
+        return None
+    compute = sum(after[p] - before[p] for p in ("input", "infer", "output")) / served / 1e9
+    if compute <= 0:
+        return None
+    per_execution = served / executions
+    most = instances * (span / compute + 1) * per_execution
+    if requests > most * (1 + tolerance):
+        raise ImplausibleMeasurement(
+            f"{requests} answers in {span:.3g} s, but {instances} instance(s) computing "
+            f"{compute * 1e3:.3g} ms per execution of {per_execution:.2g} request(s) can "
+            f"answer at most {most:.1f}")
+    return instances * per_execution / compute
+
+
+def _window_stats(spans, start: float, end: float, batch: int) -> tuple[int, float, float]:
+    """Answers in [start, end) (each request counted once, in the window where its
+    answer arrived, as perf_analyzer does), inferences per second, mean latency."""
+    latencies = [done - sent for sent, done in spans if start <= done < end]
+    if not latencies:
+        return 0, 0.0, math.nan
+    return len(latencies), len(latencies) * batch / (end - start), statistics.fmean(latencies)
 
 
 def _agree(values: Sequence[float], tolerance: float) -> bool:
     return min(values) > 0 and max(values) / min(values) <= 1 + tolerance
+
+
+def _triple_agrees(windows: Sequence[tuple[int, float, float]], tolerance: float,
+                   min_requests: int) -> bool:
+    """Do these three windows agree in throughput and mean latency within
+    ``tolerance`` (max / min), holding ``min_requests`` answers between them?"""
+    if len(windows) != 3 or sum(w[0] for w in windows) < min_requests:
+        return False
+    return all(_agree([w[i] for w in windows], tolerance) for i in (1, 2))
 
 
 def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str], *,
@@ -312,31 +390,35 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
             tolerance: float = 0.10, max_windows: int = 10, min_requests: int | None = None,
             warmup: int = 1, timeout: float = 300.0, expected: dict[str, np.ndarray] | None = None,
             rtol: float = 1e-4, atol: float = 1e-4, batch: int | None = None) -> LoadResult:
-    """Measure until the last three windows agree, the way perf_analyzer does.
+    """Measure until three consecutive windows agree, the way perf_analyzer does.
 
-    Time is cut into windows of ``window`` seconds (default ``window_seconds()``). A
-    window's throughput counts each request by the fraction of its time inside the
-    window, and its latency is the mean of those requests, weighted the same way. The
-    run stops when the last three windows agree within ``tolerance`` (max / min, for
-    throughput and for latency) and hold ``min_requests`` answers, or after
-    ``max_windows`` windows, marked unstable. The result covers the last three windows,
-    or as many more as it takes to hold ``min_requests`` answers (default 8, or 4 with
-    windows shorter than half a second, CI's setting). ``server`` is the
-    server's mean milliseconds per request in each phase over the whole run, from its
-    statistics. Warm-up, answer checks and errors work as in ``run``.
+    The clock starts when every worker is warm. The first window holds the moment all
+    workers send at once, so it only settles the load and is never reported. Each
+    later window lasts at least ``window`` seconds (default ``window_seconds()``) and
+    until it holds a third of ``min_requests`` answers (default 60: 20 a window, so
+    that one answer more or less moves a window's throughput by 5 %, not more; as
+    perf_analyzer's count windows grow until they hold their count). A request counts once, in the
+    window where its answer arrived. After each window the last three are tested:
+    throughput and mean latency within ``tolerance`` (max / min). The first three that
+    agree are the result; after ``max_windows`` windows in all (a hard limit), the last
+    three are, marked unstable. The result holds exactly those three windows: their
+    answers, their span, and the server's statistics over the same span (mean ms per
+    request in each phase). Where the model has instances, ``capacity_check`` holds the
+    answers to what they can compute. Warm-up, answer checks and errors work as in
+    ``run``.
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    if max_windows < 3:
-        raise ValueError("max_windows must be at least 3: stability needs three windows")
+    if max_windows < 4:
+        raise ValueError("max_windows must be at least 4: a settling window, then three to compare")
     window = window_seconds() if window is None else float(window)
-    if min_requests is None:
-        min_requests = 8 if window >= 0.5 else 4
+    min_requests = 60 if min_requests is None else int(min_requests)
+    per_window = max(1, math.ceil(min_requests / 3))
     if batch is None:
         batch = int(next(iter(inputs.values())).shape[0])
+    instances = served_instances(triton, model)
 
     workers = [_Worker(triton, model, inputs, outputs, protocol, timeout) for _ in range(concurrency)]
-    in_flight: list[float | None] = [None] * concurrency  # when each worker's request was sent
     spans: list[tuple[float, float]] = []  # (sent, answered), seconds from the start
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -348,75 +430,68 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
 
     check = _answer_check(model, expected, rtol, atol)
 
-    def loop(index: int, worker: _Worker):
+    def loop(worker: _Worker):
         _warm_up(worker, warmup, check, errors, stop)
         ready.wait()
         while not stop.is_set():
-            with lock:
-                in_flight[index] = sent = time.perf_counter() - origin[0]
+            sent = time.perf_counter() - origin[0]
             try:
                 answer = worker.send()
-                done = time.perf_counter() - origin[0]
+                # Read the clock under the lock: a window closed under the same lock
+                # then holds every answer that arrived before its end.
+                with lock:
+                    spans.append((sent, time.perf_counter() - origin[0]))
                 check(answer)
             except BaseException as exc:
                 errors.append(exc)
                 stop.set()
                 return
-            with lock:
-                spans.append((sent, done))
-                in_flight[index] = None
 
-    def answered(first: int, last: int) -> int:
-        return sum(first * window <= done < last * window for _, done in spans)
-
-    threads = [threading.Thread(target=loop, args=(i, w), daemon=True) for i, w in enumerate(workers)]
-    windows: list[tuple[float, float]] = []
-    stable, first = False, 0
+    threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in workers]
+    bounds = [0.0]  # window k is [bounds[k], bounds[k + 1])
+    totals = []  # the server's totals at each bound
+    windows: list[tuple[int, float, float]] = []
+    stable = False
     try:
         for t in threads:
             t.start()
         ready.wait()
-        before = server_totals(triton, model)
-        while not stop.is_set():
+        totals.append(server_totals(triton, model))
+        while not stop.is_set() and len(windows) < max_windows:
             time.sleep(min(window / 4, 0.05))
             with lock:
                 now = time.perf_counter() - origin[0]
-                # Every request sent before the oldest one still in flight has its answer,
-                # so the windows before that moment will not change any more.
-                settled = min((s for s in in_flight if s is not None), default=now)
-                snapshot = list(spans)
-            while (len(windows) + 1) * window <= settled:
-                k = len(windows)
-                work, weighted = _work(snapshot, k * window, (k + 1) * window)
-                windows.append((work * batch / window, weighted / work if work else math.nan))
-            if len(windows) < 3:
-                continue
-            last = len(windows)
-            stable = all(_agree([w[i] for w in windows[-3:]], tolerance) for i in (0, 1))
-            first = next((f for f in range(last - 3, -1, -1)
-                          if answered(f, last) >= min_requests), None)
-            if first is not None and (stable or last >= max_windows):
+                held = sum(bounds[-1] <= done for _, done in spans)
+                if now - bounds[-1] < window or held < per_window:
+                    continue
+                bounds.append(now)
+                windows.append(_window_stats(spans, bounds[-2], now, batch))
+            totals.append(server_totals(triton, model))
+            # Window 0 settles the load; from window 3 on, test the last three.
+            if len(windows) >= 4 and _triple_agrees(windows[-3:], tolerance, min_requests):
+                stable = True
                 break
         stop.set()
         for t in threads:
             t.join()
-        after = server_totals(triton, model) if not errors else None
     finally:
         stop.set()
         for w in workers:
             w.close()
     if errors:
         raise errors[0]
+    if len(windows) < 4:
+        raise RuntimeError(f"{model}: the run stopped after {len(windows)} windows")
 
-    start, end = first * window, len(windows) * window
+    start, end = bounds[-4], bounds[-1]
     inside = sorted((done, done - sent) for sent, done in spans if start <= done < end)
-    work, _ = _work(spans, start, end)
-    served = after["requests"] - before["requests"]
-    server = {phase: (after[phase] - before[phase]) / served / 1e6 if served else math.nan
-              for phase in SERVER_PHASES}
-    return LoadResult(model, protocol, concurrency, batch, tuple(lat for _, lat in inside), end - start,
-                      tuple(done - start for done, _ in inside), work=work, windows=tuple(windows),
-                      stable=stable, server=server)
+    capacity = capacity_check(len(inside), end - start, totals[-4], totals[-1], instances,
+                              tolerance)
+    return LoadResult(model, protocol, concurrency, batch, tuple(lat for _, lat in inside),
+                      end - start, tuple(done - start for done, _ in inside),
+                      windows=tuple((w[1], w[2]) for w in windows), stable=stable,
+                      server=_server_means(totals[-4], totals[-1]), capacity=capacity,
+                      instances=instances)
 
 
 def compare_throughput(this: LoadResult, other: LoadResult) -> str:
@@ -511,28 +586,3 @@ def statistics_table(triton, models: Sequence[str]):
                 row[f"{phase} ms"] = int(stats[phase]["ns"]) / count / 1e6 if count else float("nan")
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-def perf_analyzer_command(model: str, inputs: dict[str, np.ndarray], concurrencies: Sequence[int],
-                          protocol: str = "grpc", url: str = "127.0.0.1:8001",
-                          batched: bool = True) -> str:
-    """The perf_analyzer command line for the measurement ``sweep`` makes.
-
-    ``batched``: the model's ``max_batch_size`` is above 0, so the first dimension of
-    each input is the batch (``-b``) and ``--shape`` gives the rest.
-    """
-    steps = sorted(set(concurrencies))
-    gaps = {b - a for a, b in zip(steps, steps[1:])}
-    # perf_analyzer steps linearly: evenly spaced values keep their step; any other
-    # list (1, 2, 4, 8) becomes every value from the lowest to the highest.
-    step = gaps.pop() if len(gaps) == 1 else 1
-    low, high = steps[0], steps[-1]
-    parts = ["perf_analyzer", f"-m {model}", f"-u {url}", f"-i {protocol}"]
-    for name, array in inputs.items():
-        shape = array.shape[1:] if batched else array.shape
-        parts.append(f"--shape {name}:{','.join(map(str, shape))}")
-    if batched:
-        parts.append(f"-b {next(iter(inputs.values())).shape[0]}")
-    parts.append(f"--concurrency-range {low}:{high}:{step}")
-    parts.append("--measurement-mode count_windows --measurement-request-count 50")
-    return " \\\n    ".join(parts)

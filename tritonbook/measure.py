@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Parity", "parity", "Timing", "time_call", "timing_table", "plot_timings"]
+__all__ = ["Parity", "parity", "Timing", "time_call", "timing_table", "plot_timings",
+           "Ratio", "interleaved"]
 
 
 @dataclass(frozen=True)
@@ -171,3 +172,103 @@ def plot_timings(groups: dict[str, Sequence[Timing]], title: str, ylabel: str = 
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+# Student's t, two-sided 95 %: the quantile t(0.975, df) for df = 1..30 (standard
+# tables); above 30 the normal quantile, 1.96, is within 4 % of it.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def _t975(df: float) -> float:
+    if df < 1:
+        return float("inf")
+    return _T975[int(df) - 1] if df < 31 else 1.96
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """How a measure of A compares with the same measure of B, from repeated
+    independent runs: the ratio of their means and its 95 % interval.
+
+    The interval is Welch's t interval on the logarithms (a ratio is a difference of
+    logs; the runs of A and of B may spread differently). ``drift`` is the change
+    across B's runs along a fitted line, relative to B's mean: with runs interleaved
+    A B A B ..., a machine that slows down or speeds up during the comparison shows
+    it there, and the verdict is withheld.
+    """
+
+    label: str
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    min_runs: int = 3
+    max_drift: float = 0.10
+    how: str = "interleaved"  # how the runs were taken, for the printed line
+
+    @property
+    def ratio(self) -> float:
+        return statistics.fmean(self.a) / statistics.fmean(self.b)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        import math
+
+        finite = all(math.isfinite(x) and x > 0 for x in (*self.a, *self.b))
+        if min(len(self.a), len(self.b)) < 2 or not finite:
+            return float("nan"), float("nan")
+        la, lb = [math.log(x) for x in self.a], [math.log(x) for x in self.b]
+        va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
+        se = math.sqrt(va + vb)
+        if se == 0:
+            return self.ratio, self.ratio
+        # Welch-Satterthwaite degrees of freedom.
+        df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
+        centre = statistics.fmean(la) - statistics.fmean(lb)
+        half = _t975(df) * se
+        return math.exp(centre - half), math.exp(centre + half)
+
+    @property
+    def drift(self) -> float:
+        """The change across B's runs that a straight line through them shows, over
+        B's mean (a trend, not one stray run)."""
+        n = len(self.b)
+        if n < 2:
+            return 0.0
+        centre = (n - 1) / 2
+        slope = sum((i - centre) * (y - statistics.fmean(self.b)) for i, y in enumerate(self.b))
+        slope /= sum((i - centre) ** 2 for i in range(n))
+        return abs(slope * (n - 1)) / statistics.fmean(self.b)
+
+    @property
+    def verdict(self) -> str:
+        import math
+
+        if not all(math.isfinite(x) and x > 0 for x in (*self.a, *self.b)):
+            return "a run gave no number (unstable): no verdict"
+        if min(len(self.a), len(self.b)) < self.min_runs:
+            return "not enough runs for a verdict"
+        if self.drift > self.max_drift:
+            return f"the baseline drifted {self.drift:.0%} during the runs: no verdict"
+        low, high = self.interval
+        if low > 1:
+            return "higher"
+        if high < 1:
+            return "lower"
+        return "no difference shown"
+
+    def __str__(self) -> str:
+        low, high = self.interval
+        return (f"{self.label}: {self.ratio:.2f}x (95 % interval {low:.2f}-{high:.2f}, "
+                f"{len(self.a)} + {len(self.b)} runs, {self.how}): {self.verdict}")
+
+
+def interleaved(run_a: Callable[[], float], run_b: Callable[[], float], runs: int = 3,
+                label: str = "A / B") -> Ratio:
+    """Call ``run_a`` and ``run_b`` alternately, ``runs`` times each (A B A B ...),
+    each call returning one independent measurement, and compare them (``Ratio``)."""
+    a, b = [], []
+    for _ in range(runs):
+        a.append(float(run_a()))
+        b.append(float(run_b()))
+    return Ratio(label, tuple(a), tuple(b))

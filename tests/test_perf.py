@@ -1,0 +1,97 @@
+"""perf_analyzer, run by tritonbook.perf, against a real embedded server, and the
+book's own load generator held to it."""
+
+import numpy as np
+import pytest
+
+from conftest import PACE_MS
+from tritonbook import loadgen, perf, production
+
+X = np.arange(4, dtype=np.float32).reshape(1, 4)
+CEILING = 1000 / PACE_MS  # executions per second one paced instance can finish
+
+
+def test_perf_analyzer_is_installed():
+    assert perf.binary().exists(), "make venv installs it"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
+    points = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1, 4],
+                      protocol=protocol, window_ms=200, window_requests=20)
+    one, four = points
+    assert one.stable and four.stable
+    for point in points:
+        # At least three windows of 20 answers each; never above what one
+        # instance can compute, and not far below it once it is kept busy.
+        assert point.requests >= 60
+        assert point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
+        assert point.infer_per_s > 0.8 * CEILING
+        assert point.compute_infer == pytest.approx(PACE_MS, rel=0.25)
+        assert point.executions == point.inferences  # no batcher: one request each
+    # Four in flight on one instance: each waits for the three ahead of it.
+    assert four.p50 == pytest.approx(4 * one.p50, rel=0.2)
+    assert four.queue == pytest.approx(3 * PACE_MS, rel=0.25)
+    assert one.queue < 0.2 * PACE_MS
+    assert "perf_analyzer -m paced" in one.command and f"-i {protocol}" in one.command
+    table = perf.table(points)
+    assert list(table["concurrency"]) == [1, 4]
+    assert {"p50 ms", "p95 ms", "server queue ms", "server overhead ms"} <= set(table)
+
+
+def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottleneck(
+        paced_server):
+    # 20 ms per request: both clients spend a small fraction of it, so both must
+    # see the same throughput.
+    for concurrency in (1, 2, 4):
+        tool, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
+                         concurrency=[concurrency], window_ms=200, window_requests=20)
+        ours = loadgen.measure(paced_server, "paced", {"INPUT__0": X}, ["OUTPUT__0"],
+                               concurrency=concurrency, window=0.2,
+                               expected={"OUTPUT__0": X})
+        assert ours.stable and tool.stable
+        assert ours.throughput == pytest.approx(tool.infer_per_s, rel=0.10), concurrency
+
+
+def test_request_rate_runs_with_poisson_arrivals(paced_server):
+    # Offered 60 % of what the instance can do: all of it is served, and requests
+    # queue now and then, which closed-loop runs at concurrency 1 never show.
+    point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
+                      request_rate=[0.6 * CEILING], window_ms=500,
+                      window_requests=100, stability=30, percentile=None)
+    assert point.stable and point.mode == "request rate"
+    assert point.infer_per_s == pytest.approx(0.6 * CEILING, rel=0.25)
+    assert point.queue > 0.05 * PACE_MS and "--request-distribution poisson" in point.command
+    assert "delayed %" in point.row()
+
+
+def test_system_shared_memory_leaves_nothing_behind(paced_server):
+    before = production.shm_segments("")
+    point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[2],
+                      shared_memory="system", window_ms=100, window_requests=20)
+    assert point.stable and point.infer_per_s <= perf.capacity(point, 1) * 1.05
+    assert paced_server.http().get_system_shared_memory_status() == []
+    assert production.shm_segments("") == before
+
+
+def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
+    # Windows of 3 answers cannot agree within 0 %: perf_analyzer gives up.
+    point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
+                      window_ms=10, window_requests=3, stability=0, max_trials=4)
+    assert not point.stable and np.isnan(point.infer_per_s) and point.requests == 0
+
+
+def test_bad_runs_are_clear_errors(paced_server):
+    with pytest.raises(perf.PerfAnalyzerError, match="failed on no_such_model"):
+        perf.run(paced_server, "no_such_model", {"INPUT__0": X}, concurrency=[1])
+    with pytest.raises(ValueError, match="not both"):
+        perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], request_rate=[5])
+    with pytest.raises(ValueError, match="protocol"):
+        perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], protocol="udp")
+
+
+def test_capacity_counts_batches():
+    # 4 executions carrying 8 requests of 10 ms each on 2 instances: 2 x 2 / 0.01.
+    point = perf.Point("m", "concurrency", 8, True, compute_infer=10.0, compute_input=0.0,
+                       compute_output=0.0, executions=4, inferences=8)
+    assert perf.capacity(point, instances=2) == pytest.approx(400)

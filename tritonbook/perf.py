@@ -1,0 +1,308 @@
+"""NVIDIA's load generator, ``perf_analyzer``, run from Python on the book's servers.
+
+``perf_analyzer`` is a C++ program. It ships inside the ``tritonclient`` wheels up to
+2.60 (``bin/perf_analyzer``), in the SDK container
+(``nvcr.io/nvidia/tritonserver:<YY.MM>-py3-sdk``), and in the ``perf-analyzer``
+package on PyPI, whose wheels need a newer system than this book's (older ones get a
+0.1.0 placeholder without the binary). ``make venv`` takes it from the 2.51.0 wheel,
+built for the same release as the embedded server, with ``install``. It needs two
+shared libraries that the wheel does not carry: ``libb64.so.0d`` (Debian's
+``libb64-0d``, in the README's apt line) and ``libcudart.so.12`` (the
+``nvidia-cuda-runtime-cu12`` wheel in ``requirements.txt``; it loads without a GPU).
+
+``run`` measures one model at each concurrency (closed loop) or request rate (open
+loop, Poisson arrivals) and returns one ``Point`` per load level: throughput, latency
+percentiles, the sample count they rest on, and the server's own breakdown of a
+request (queue, compute input, infer and output, and the rest, "overhead").
+
+    points = perf.run(triton, "srcnn", {"input": low, "factor": scale}, concurrency=[1, 2])
+    perf.table(points)
+
+Each point is perf_analyzer's "count_windows" measurement: windows of at least
+``window_ms`` milliseconds and ``window_requests`` answers, until the last three agree
+within ``stability`` percent in throughput and in the stabilising latency (p95 by
+default, perf_analyzer's ``--percentile``). A level that never agrees within
+``max_trials`` windows comes back with ``stable=False`` and no numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Point", "PerfAnalyzerError", "binary", "install", "run", "table",
+           "plot_latency_throughput", "capacity"]
+
+# The wheel that carries perf_analyzer for the embedded server's release (r24.10).
+WHEEL = "tritonclient==2.51.0"
+MEMBER = "tritonclient-2.51.0.data/data/bin/perf_analyzer"
+
+
+class PerfAnalyzerError(RuntimeError):
+    """perf_analyzer could not run, or refused the command; the message says why."""
+
+
+def _venv() -> Path:
+    return Path(sys.prefix)
+
+
+def binary() -> Path:
+    """Where ``install`` puts perf_analyzer: inside the running virtual environment."""
+    return _venv() / "libexec" / "perf_analyzer"
+
+
+def install(target: Path | None = None) -> Path:
+    """Take perf_analyzer out of the tritonclient 2.51.0 wheel (pip download, no
+    dependencies) and put it at ``target`` (default ``binary()``)."""
+    target = binary() if target is None else Path(target)
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--dest", folder, WHEEL], check=True)
+        wheel = next(Path(folder).glob("tritonclient-*.whl"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as archive, open(target, "wb") as out:
+            out.write(archive.read(MEMBER))
+    target.chmod(0o755)
+    return target
+
+
+def _environment() -> dict[str, str]:
+    """The environment with the CUDA runtime wheel's folder on the library path."""
+    import nvidia.cuda_runtime
+
+    lib = str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (lib, env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+@dataclass(frozen=True)
+class Point:
+    """One load level, as perf_analyzer measured it (times in milliseconds)."""
+
+    model: str
+    mode: str  # "concurrency" or "request rate"
+    load: float  # requests in flight, or requests per second offered
+    stable: bool
+    requests: int = 0  # answers in the reported windows: what the percentiles rest on
+    infer_per_s: float = math.nan
+    p50: float = math.nan
+    p90: float = math.nan
+    p95: float = math.nan
+    p99: float = math.nan
+    # The server's mean per request over the same windows.
+    queue: float = math.nan
+    compute_input: float = math.nan
+    compute_infer: float = math.nan
+    compute_output: float = math.nan
+    overhead: float = math.nan
+    executions: int = 0
+    inferences: int = 0
+    # Request rate only: the percentage of requests perf_analyzer sent late, because
+    # it could not keep up with the rate it was asked for.
+    delayed: float = 0.0
+    command: str = ""  # the perf_analyzer command line that measured this level
+
+    def tail(self, q: int) -> float:
+        """The ``q`` percentile, or NaN when fewer than five answers lie beyond it:
+        a p95 needs 100 answers and a p99 500."""
+        if self.requests * (100 - q) / 100 < 5:
+            return math.nan
+        return {50: self.p50, 90: self.p90, 95: self.p95, 99: self.p99}[q]
+
+    def row(self) -> dict:
+        return {"model": self.model, self.mode: self.load, "stable": self.stable,
+                "requests": self.requests, "infer/s": self.infer_per_s,
+                "p50 ms": self.p50, "p95 ms": self.tail(95), "p99 ms": self.tail(99),
+                "server queue ms": self.queue, "server input ms": self.compute_input,
+                "server infer ms": self.compute_infer,
+                "server output ms": self.compute_output,
+                "server overhead ms": self.overhead,
+                "mean batch": self.inferences / self.executions if self.executions else math.nan,
+                **({"delayed %": self.delayed} if self.mode == "request rate" else {})}
+
+
+_COUNT = re.compile(r"^\s*Request count: (\d+)", re.M)
+_SERVER = re.compile(r"Inference count: (\d+)\s+Execution count: (\d+)")
+_OVERHEAD = re.compile(r"\(overhead (\d+) usec")
+_DELAYED = re.compile(r"([\d.]+)% of the requests were delayed")
+
+
+def _parse(stdout: str, csv_path: Path, model: str, mode: str, load: float,
+           command: str) -> Point:
+    """One level's Point from perf_analyzer's CSV and its printed report."""
+    if "Failed to obtain stable measurement" in stdout or not csv_path.exists():
+        return Point(model, mode, load, stable=False, command=command)
+    with open(csv_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if len(rows) != 1:
+        raise PerfAnalyzerError(f"expected one row in {csv_path}, found {len(rows)}")
+    row = rows[0]
+    # One level per perf_analyzer call, so the report holds one of each.
+    count, server = _COUNT.search(stdout), _SERVER.search(stdout)
+    overhead, delayed = _OVERHEAD.search(stdout), _DELAYED.search(stdout)
+
+    def ms(column: str) -> float:
+        return float(row[column]) / 1e3  # perf_analyzer writes microseconds
+
+    return Point(
+        model, mode, load, stable=True,
+        requests=int(count.group(1)) if count else 0,
+        infer_per_s=float(row["Inferences/Second"]),
+        p50=ms("p50 latency"), p90=ms("p90 latency"), p95=ms("p95 latency"),
+        p99=ms("p99 latency"), queue=ms("Server Queue"),
+        compute_input=ms("Server Compute Input"),
+        compute_infer=ms("Server Compute Infer"),
+        compute_output=ms("Server Compute Output"),
+        overhead=int(overhead.group(1)) / 1e3 if overhead else math.nan,
+        inferences=int(server.group(1)) if server else 0,
+        executions=int(server.group(2)) if server else 0,
+        delayed=float(delayed.group(1)) if delayed else 0.0, command=command)
+
+
+def _write_inputs(folder: Path, inputs: dict[str, np.ndarray], batched: bool) -> list[str]:
+    """Each input's raw bytes in a file named after it (perf_analyzer's --input-data
+    folder), and the --shape arguments that go with them."""
+    arguments = []
+    for name, array in inputs.items():
+        array = np.ascontiguousarray(array)
+        one = array[0] if batched else array  # perf_analyzer adds the batch itself
+        (folder / name).write_bytes(one.tobytes())
+        arguments += ["--shape", f"{name}:{','.join(map(str, one.shape))}"]
+    return arguments
+
+
+def run(triton, model: str, inputs: dict[str, np.ndarray], *,
+        concurrency: Sequence[int] = (), request_rate: Sequence[float] = (),
+        protocol: str = "grpc", batch: int | None = None, window_ms: int | None = None,
+        window_requests: int = 50, stability: float = 10.0, max_trials: int = 10,
+        percentile: int | None = 95, shared_memory: str = "none",
+        output_bytes: int | None = None, timeout: float = 600.0) -> list[Point]:
+    """perf_analyzer against ``triton`` at each load level; one ``Point`` per level.
+
+    ``inputs``: the tensors each request carries, as the model takes them; with
+    ``batch`` (the model batches: ``max_batch_size > 0``) the first dimension is the
+    batch and perf_analyzer sends ``batch`` copies of the first row (``-b``).
+    Give ``concurrency`` (closed loop) or ``request_rate`` (requests per second,
+    Poisson arrivals), not both. ``window_ms`` defaults to the book's one setting,
+    ``TRITONBOOK_WINDOW_S`` (``loadgen.window_seconds``). ``percentile`` is the
+    latency that must be stable (None: the mean, steadier under Poisson arrivals,
+    where the tail of a short window swings). ``shared_memory="system"``
+    passes inputs and outputs through /dev/shm regions (``output_bytes`` per output
+    when outputs have a variable shape).
+    """
+    from tritonbook.loadgen import window_seconds
+
+    if bool(concurrency) == bool(request_rate):
+        raise ValueError("give concurrency or request_rate, not both and not neither")
+    if protocol not in ("grpc", "http"):
+        raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+    if shared_memory not in ("none", "system"):
+        raise ValueError(f"shared_memory must be 'none' or 'system', not {shared_memory!r}")
+    if not binary().exists():
+        raise PerfAnalyzerError(f"perf_analyzer is not at {binary()}: run `make venv`")
+    if window_ms is None:
+        window_ms = max(1, round(window_seconds() * 1e3))
+    mode, levels = (("concurrency", list(concurrency)) if concurrency
+                    else ("request rate", list(request_rate)))
+    url = triton.grpc_url if protocol == "grpc" else triton.http_url
+    points = []
+    with tempfile.TemporaryDirectory(prefix="tritonbook_perf_") as folder:
+        folder = Path(folder)
+        data = folder / "inputs"
+        data.mkdir()
+        common = [str(binary()), "-m", model, "-u", url, "-i", protocol,
+                  "-b", str(batch or 1), "--input-data", str(data),
+                  *_write_inputs(data, inputs, batched=batch is not None),
+                  "--measurement-mode", "count_windows",
+                  "--measurement-interval", str(window_ms),
+                  "--measurement-request-count", str(window_requests),
+                  "-s", str(stability), "-r", str(max_trials),
+                  "--shared-memory", shared_memory]
+        if percentile is not None:  # else perf_analyzer stabilises on the mean latency
+            common += ["--percentile", str(percentile)]
+        if output_bytes is not None:
+            common += ["--output-shared-memory-size", str(output_bytes)]
+        for level in levels:
+            report = folder / "level.csv"
+            report.unlink(missing_ok=True)
+            if mode == "concurrency":
+                load = ["--concurrency-range", f"{int(level)}:{int(level)}"]
+            else:
+                load = ["--request-rate-range", f"{level}:{level}",
+                        "--request-distribution", "poisson"]
+            try:
+                done = subprocess.run([*common, *load, "-f", str(report)],
+                                      capture_output=True, text=True, timeout=timeout,
+                                      env=_environment())
+            except subprocess.TimeoutExpired:
+                raise PerfAnalyzerError(
+                    f"perf_analyzer ran past {timeout:g} s on {model} at {mode} {level}") from None
+            said = done.stdout + done.stderr
+            unstable = "Failed to obtain stable measurement" in said
+            if done.returncode != 0 and not unstable:
+                said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+                raise PerfAnalyzerError(
+                    f"perf_analyzer failed on {model} at {mode} {level}: "
+                    + "; ".join(said[-3:]))
+            # As a reader re-runs it: the inputs in a folder named inputs/.
+            shown = shlex.join(["perf_analyzer", *common[1:], *load]).replace(
+                str(data), "inputs")
+            points.append(_parse(said, report, model, mode, level, shown))
+    return points
+
+
+def capacity(point: Point, instances: int) -> float:
+    """The most inferences per second ``instances`` serial instances can deliver at
+    the compute time and batch size the server reported: instances x mean batch /
+    compute time of one execution (compute input + infer + output)."""
+    compute = point.compute_input + point.compute_infer + point.compute_output
+    batch = point.inferences / point.executions if point.executions else 1.0
+    return instances * batch / (compute / 1e3) if compute > 0 else math.inf
+
+
+def table(points: Sequence[Point]):
+    """A pandas table, one row per load level."""
+    import pandas as pd
+
+    return pd.DataFrame([p.row() for p in points])
+
+
+def plot_latency_throughput(series: dict[str, Sequence[Point]], title: str):
+    """Latency percentiles (p50, p95, p99 where the samples allow) against throughput:
+    the curve a capacity planner reads, one line per series and percentile."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    styles = {50: "-", 95: "--", 99: ":"}
+    for index, (label, points) in enumerate(series.items()):
+        color = f"C{index}"
+        stable = [p for p in points if p.stable]
+        for q, style in styles.items():
+            xs = [p.infer_per_s for p in stable if not math.isnan(p.tail(q))]
+            ys = [p.tail(q) for p in stable if not math.isnan(p.tail(q))]
+            if xs:
+                ax.plot(xs, ys, style, marker="o", color=color, label=f"{label}, p{q}")
+    ax.set_xlabel("throughput (inferences/s)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
