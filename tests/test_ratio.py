@@ -55,3 +55,9 @@ def test_an_unstable_run_withholds_the_verdict():
     ratio = Ratio("x", (12.0, float("nan"), 12.1), (10.0, 10.1, 10.0))
     assert ratio.verdict.startswith("a run gave no number")
     assert all(np.isnan(ratio.interval))
+
+
+def test_a_drift_smaller_than_the_difference_keeps_the_verdict():
+    # The baseline drifts 20 %, but A is twice B: no drift made that.
+    ratio = Ratio("x", (20.0, 21.0, 22.0), (9.0, 10.0, 11.0))
+    assert ratio.drift == pytest.approx(0.2) and ratio.verdict == "higher"

@@ -196,7 +196,8 @@ class Ratio:
     logs; the runs of A and of B may spread differently). ``drift`` is the change
     across B's runs along a fitted line, relative to B's mean: with runs interleaved
     A B A B ..., a machine that slows down or speeds up during the comparison shows
-    it there, and the verdict is withheld.
+    it there, and the verdict is withheld when that drift is above ``max_drift`` and
+    as large as the difference itself.
     """
 
     label: str
@@ -248,7 +249,8 @@ class Ratio:
             return "a run gave no number (unstable): no verdict"
         if min(len(self.a), len(self.b)) < self.min_runs:
             return "not enough runs for a verdict"
-        if self.drift > self.max_drift:
+        # A drift smaller than the difference cannot have made it.
+        if self.drift > self.max_drift and self.drift >= abs(self.ratio - 1):
             return f"the baseline drifted {self.drift:.0%} during the runs: no verdict"
         low, high = self.interval
         if low > 1:

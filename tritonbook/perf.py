@@ -192,7 +192,8 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         protocol: str = "grpc", batch: int | None = None, window_ms: int | None = None,
         window_requests: int = 50, stability: float = 10.0, max_trials: int = 10,
         percentile: int | None = 95, shared_memory: str = "none",
-        output_bytes: int | None = None, timeout: float = 600.0) -> list[Point]:
+        output_bytes: int | None = None, max_threads: int | None = None,
+        timeout: float = 600.0) -> list[Point]:
     """perf_analyzer against ``triton`` at each load level; one ``Point`` per level.
 
     ``inputs``: the tensors each request carries, as the model takes them; with
@@ -204,7 +205,10 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     latency that must be stable (None: the mean, steadier under Poisson arrivals,
     where the tail of a short window swings). ``shared_memory="system"``
     passes inputs and outputs through /dev/shm regions (``output_bytes`` per output
-    when outputs have a variable shape).
+    when outputs have a variable shape). ``max_threads``: perf_analyzer's sending
+    threads (its default is 4 for request rates, each with one request in flight at
+    a time, so a high rate on a slow model needs more; a point's ``delayed`` says
+    when it could not keep up).
     """
     from tritonbook.loadgen import window_seconds
 
@@ -238,6 +242,8 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             common += ["--percentile", str(percentile)]
         if output_bytes is not None:
             common += ["--output-shared-memory-size", str(output_bytes)]
+        if max_threads is not None:
+            common += ["--max-threads", str(max_threads)]
         for level in levels:
             report = folder / "level.csv"
             report.unlink(missing_ok=True)
