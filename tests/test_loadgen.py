@@ -101,10 +101,12 @@ def test_three_windows_agree_only_with_enough_answers_and_both_measures_close():
     assert not loadgen._triple_agrees(steady[:2], tolerance=0.10, min_requests=1)
 
 
-def _totals(requests, executions, compute_ns):
-    return {"requests": requests, "success": compute_ns, "queue": 0, "input": 0,
-            "infer": compute_ns, "output": 0, "inferences": requests,
-            "executions": executions}
+def _totals(requests, executions, busy_ns):
+    # The per-request phases credit a batch's time to each of its requests.
+    per_request = busy_ns * requests // executions if executions else 0
+    return {"requests": requests, "success": per_request, "queue": 0, "input": 0,
+            "infer": per_request, "output": 0, "inferences": requests,
+            "executions": executions, "busy": busy_ns}
 
 
 def test_capacity_check_refuses_more_answers_than_instances_can_compute():
@@ -117,8 +119,8 @@ def test_capacity_check_refuses_more_answers_than_instances_can_compute():
     # ... and 118 answers (the committed GFPGAN point of issue 27, scaled) cannot be.
     with pytest.raises(loadgen.ImplausibleMeasurement, match="at most 101"):
         loadgen.capacity_check(118, 1.0, zero, after, instances=1)
-    # Batches of four requests: four times as many answers are possible.
-    batched = _totals(400, 100, 400 * 10_000_000)
+    # Batches of four requests, 10 ms an execution: four times as many answers.
+    batched = _totals(400, 100, 100 * 10_000_000)
     assert loadgen.capacity_check(400, 1.0, zero, batched, instances=1) == pytest.approx(400)
     # No instances of its own (an ensemble) or no data: no check.
     assert loadgen.capacity_check(10**6, 1.0, zero, after, instances=None) is None

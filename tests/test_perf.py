@@ -91,7 +91,24 @@ def test_bad_runs_are_clear_errors(paced_server):
 
 
 def test_capacity_counts_batches():
-    # 4 executions carrying 8 requests of 10 ms each on 2 instances: 2 x 2 / 0.01.
-    point = perf.Point("m", "concurrency", 8, True, compute_infer=10.0, compute_input=0.0,
-                       compute_output=0.0, executions=4, inferences=8)
+    # Executions of 10 ms carrying 2 inferences each, on 2 instances: 2 x 2 / 0.01.
+    point = perf.Point("m", "concurrency", 8, True, exec_ms=10.0, exec_inferences=2.0)
     assert perf.capacity(point, instances=2) == pytest.approx(400)
+    assert np.isnan(perf.capacity(perf.Point("m", "concurrency", 8, False), 1))
+
+
+def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_server):
+    # Every execution sleeps PACE_MS whatever it carries: with the batcher, eight
+    # requests in flight fill batches, and the ceiling grows with the batch.
+    config = dict(paced_server.http().get_model_config("paced"),
+                  dynamic_batching={"max_queue_delay_microseconds": 2000})
+    paced_server.load("paced", config)
+    try:
+        point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
+                          concurrency=[8], window_ms=200, window_requests=40)
+    finally:
+        paced_server.unload("paced")
+        paced_server.load("paced")
+    assert point.stable and point.exec_ms == pytest.approx(PACE_MS, rel=0.25)
+    assert point.exec_inferences > 2
+    assert point.infer_per_s <= perf.capacity(point, instances=1) * 1.05

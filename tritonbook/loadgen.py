@@ -297,9 +297,10 @@ def server_totals(triton, model: str) -> dict[str, int]:
     """The server's cumulative counts for ``model`` (all versions summed), from the
     statistics API: successful requests and their nanoseconds end to end
     (``success``), nanoseconds in each phase (``SERVER_PHASES``), inferences (batch
-    rows) and executions of the model."""
+    rows) and executions of the model, and ``busy``, the nanoseconds the instances
+    computed (each execution counted once)."""
     totals = dict.fromkeys(["requests", "success", *SERVER_PHASES, "inferences",
-                            "executions"], 0)
+                            "executions", "busy"], 0)
     for entry in triton.http().get_inference_statistics(model)["model_stats"]:
         stats = entry["inference_stats"]
         totals["requests"] += int(stats["success"]["count"])
@@ -308,6 +309,11 @@ def server_totals(triton, model: str) -> dict[str, int]:
             totals[phase] += int(stats[key]["ns"])
         totals["inferences"] += int(entry["inference_count"])
         totals["executions"] += int(entry["execution_count"])
+        # The instances' busy time: each execution once, whatever it carried (the
+        # per-request phases above credit a batch's time to every request in it).
+        for row in entry.get("batch_stats", []):
+            totals["busy"] += sum(int(row[key]["ns"]) for key in
+                                  ("compute_input", "compute_infer", "compute_output"))
     return totals
 
 
@@ -338,8 +344,8 @@ def capacity_check(requests: int, span: float, before: dict[str, int],
     """The most requests per second ``instances`` serial instances can answer, and
     a check that ``requests`` answers in ``span`` seconds did not exceed it.
 
-    One execution takes the server's mean compute time C (input, infer, output; every
-    request of a batch is credited the batch's time) and answers the mean number of
+    One execution takes the server's mean compute time C (input, infer, output, from
+    its batch statistics: each execution once) and answers the mean number of
     requests per execution, R. In ``span`` seconds an instance finishes at most
     span / C + 1 executions (the +1: one that began before the span). More answers
     than instances x (span / C + 1) x R, beyond ``tolerance``, cannot have happened:
@@ -350,7 +356,7 @@ def capacity_check(requests: int, span: float, before: dict[str, int],
     executions = after["executions"] - before["executions"]
     if not instances or not served or not executions:
         return None
-    compute = sum(after[p] - before[p] for p in ("input", "infer", "output")) / served / 1e9
+    compute = (after["busy"] - before["busy"]) / executions / 1e9
     if compute <= 0:
         return None
     per_execution = served / executions
@@ -449,6 +455,9 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
 
     threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in workers]
     bounds = [0.0]  # window k is [bounds[k], bounds[k + 1])
+    # Answers are appended in the order they arrive (the clock is read under the
+    # lock), so window k's answers are spans[firsts[k]:firsts[k + 1]].
+    firsts = [0]
     totals = []  # the server's totals at each bound
     windows: list[tuple[int, float, float]] = []
     stable = False
@@ -461,11 +470,12 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
             time.sleep(min(window / 4, 0.05))
             with lock:
                 now = time.perf_counter() - origin[0]
-                held = sum(bounds[-1] <= done for _, done in spans)
+                held = len(spans) - firsts[-1]
                 if now - bounds[-1] < window or held < per_window:
                     continue
                 bounds.append(now)
-                windows.append(_window_stats(spans, bounds[-2], now, batch))
+                windows.append(_window_stats(spans[firsts[-1]:], bounds[-2], now, batch))
+                firsts.append(len(spans))
             totals.append(server_totals(triton, model))
             # Window 0 settles the load; from window 3 on, test the last three.
             if len(windows) >= 4 and _triple_agrees(windows[-3:], tolerance, min_requests):

@@ -28,6 +28,7 @@ default, perf_analyzer's ``--percentile``). A level that never agrees within
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import re
@@ -117,6 +118,11 @@ class Point:
     # it could not keep up with the rate it was asked for.
     delayed: float = 0.0
     command: str = ""  # the perf_analyzer command line that measured this level
+    # From the server's batch statistics over the level's whole run (warm-up and
+    # every window): the instances' mean compute time per execution, each execution
+    # once, and the mean inferences (batch rows) one execution carried.
+    exec_ms: float = math.nan
+    exec_inferences: float = math.nan
 
     def tail(self, q: int) -> float:
         """The ``q`` percentile, or NaN when fewer than five answers lie beyond it:
@@ -134,6 +140,7 @@ class Point:
                 "server output ms": self.compute_output,
                 "server overhead ms": self.overhead,
                 "mean batch": self.inferences / self.executions if self.executions else math.nan,
+                "server ms per execution": self.exec_ms,
                 **({"delayed %": self.delayed} if self.mode == "request rate" else {})}
 
 
@@ -252,6 +259,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             else:
                 load = ["--request-rate-range", f"{level}:{level}",
                         "--request-distribution", "poisson"]
+            before = _totals(triton, model)
             try:
                 done = subprocess.run([*common, *load, "-f", str(report)],
                                       capture_output=True, text=True, timeout=timeout,
@@ -269,17 +277,39 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             # As a reader re-runs it: the inputs in a folder named inputs/.
             shown = shlex.join(["perf_analyzer", *common[1:], *load]).replace(
                 str(data), "inputs")
-            points.append(_parse(said, report, model, mode, level, shown))
+            point = _parse(said, report, model, mode, level, shown)
+            after = _totals(triton, model)
+            executions = after["executions"] - before["executions"] if after and before else 0
+            if point.stable and executions:
+                point = dataclasses.replace(
+                    point,
+                    exec_ms=(after["busy"] - before["busy"]) / executions / 1e6,
+                    exec_inferences=(after["inferences"] - before["inferences"]) / executions)
+            points.append(point)
     return points
+
+
+def _totals(triton, model: str) -> dict[str, int] | None:
+    """The server's statistics for ``model``, or None where it has none to give (an
+    unknown model: perf_analyzer then says what is wrong)."""
+    from tritonclient.utils import InferenceServerException
+
+    from tritonbook.loadgen import server_totals
+
+    try:
+        return server_totals(triton, model)
+    except InferenceServerException:
+        return None
 
 
 def capacity(point: Point, instances: int) -> float:
     """The most inferences per second ``instances`` serial instances can deliver at
-    the compute time and batch size the server reported: instances x mean batch /
-    compute time of one execution (compute input + infer + output)."""
-    compute = point.compute_input + point.compute_infer + point.compute_output
-    batch = point.inferences / point.executions if point.executions else 1.0
-    return instances * batch / (compute / 1e3) if compute > 0 else math.inf
+    the compute time and batch size the server reported for the level: instances x
+    inferences per execution / compute time of one execution (input, infer and
+    output, each execution once). NaN without the server's statistics."""
+    if not point.exec_ms > 0:
+        return math.nan
+    return instances * point.exec_inferences / (point.exec_ms / 1e3)
 
 
 def table(points: Sequence[Point]):
