@@ -39,16 +39,6 @@ def test_timing_reports_median_and_quartiles():
         measure.time_call(lambda: None, "never", repeats=0)
 
 
-def test_compare_says_when_a_difference_is_inside_the_spread():
-    fast = measure.Timing("fast", (1.0, 1.1, 1.2, 1.3))
-    slow = measure.Timing("slow", (2.0, 2.1, 2.2))
-    close = measure.Timing("close", (1.05, 1.1, 1.15))
-    assert measure.compare(fast, slow) == (
-        "fast / slow: 0.55x the time (quartile range 0.50-0.60): faster, outside the spread of this run")
-    assert measure.compare(slow, fast).endswith("slower, outside the spread of this run")
-    assert measure.compare(close, fast).endswith("inside the spread of this run, no clear difference")
-
-
 def test_face_round_trip():
     face = images.load_face(256)
     assert face.shape == (256, 256, 3) and face.dtype == np.uint8

@@ -95,6 +95,10 @@ def test_capacity_counts_batches():
     point = perf.Point("m", "concurrency", 8, True, exec_ms=10.0, exec_inferences=2.0)
     assert perf.capacity(point, instances=2) == pytest.approx(400)
     assert np.isnan(perf.capacity(perf.Point("m", "concurrency", 8, False), 1))
+    # The reported windows' own batch size wins over the whole level's.
+    windows = perf.Point("m", "concurrency", 8, True, executions=10, inferences=40,
+                         exec_ms=10.0, exec_inferences=2.0)
+    assert perf.capacity(windows, instances=1) == pytest.approx(400)
 
 
 def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_server):

@@ -113,3 +113,13 @@ def test_wait_dead_gives_up_on_a_live_process():
 
     with pytest.raises(TimeoutError, match="still running"):
         production.wait_dead(psutil.Process(), timeout=0.2)
+
+
+def test_machine_name_names_the_cpu_cores_and_gpus():
+    import os
+
+    import torch
+
+    name = production.machine_name()
+    assert f"{os.cpu_count()} cores" in name
+    assert ("no GPU" in name) == (torch.cuda.device_count() == 0)

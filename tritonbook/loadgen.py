@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["LoadResult", "measure", "run", "sweep", "window_seconds", "server_totals",
            "capacity_check", "served_instances", "ImplausibleMeasurement",
-           "compare_throughput", "results_table", "plot_sweeps",
+           "results_table", "plot_sweeps",
            "executions_by_batch_size", "statistics_table"]
 
 
@@ -74,18 +74,6 @@ class LoadResult:
     def throughput(self) -> float:
         """Inferences (rows) per second over the measured span."""
         return self.requests * self.batch / self.wall
-
-    @property
-    def throughput_range(self) -> tuple[float, float]:
-        """This run's spread of throughput, from the spread of its latencies.
-
-        In a closed loop ``concurrency`` requests are always in flight, so throughput
-        goes as one over latency (Little's law). The range applies the latencies'
-        relative spread to the measured throughput: from ``throughput * median / q3`` to
-        ``throughput * median / q1``.
-        """
-        q1, q3 = self.quartiles
-        return self.throughput * self.median / q3, self.throughput * self.median / q1
 
     @property
     def median(self) -> float:
@@ -502,21 +490,6 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
                       windows=tuple((w[1], w[2]) for w in windows), stable=stable,
                       server=_server_means(totals[-4], totals[-1]), capacity=capacity,
                       instances=instances)
-
-
-def compare_throughput(this: LoadResult, other: LoadResult) -> str:
-    """One verdict line: the ratio of throughputs, and whether it is outside the spread.
-
-    Each run's spread is its ``throughput_range``; the ratio's range runs from this run's
-    low end over the other's high end to the reverse. When the two ranges overlap, the
-    line says the difference is inside the spread of these runs.
-    """
-    (a_low, a_high), (b_low, b_high) = this.throughput_range, other.throughput_range
-    ratio = this.throughput / other.throughput
-    line = f"{ratio:.2f}x (range {a_low / b_high:.2f}-{a_high / b_low:.2f})"
-    if a_low <= b_high and b_low <= a_high:
-        return line + ", inside the spread of these runs"
-    return line + ", outside the spread of these runs"
 
 
 def sweep(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str],

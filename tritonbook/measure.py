@@ -117,22 +117,6 @@ def time_call(fn: Callable[[], object], label: str, repeats: int = 20, warmup: i
     return Timing(label, tuple(seconds), setting)
 
 
-def compare(this: Timing, other: Timing) -> str:
-    """One verdict line: the ratio of medians, and whether the quartile ranges overlap.
-
-    The ratio's range runs from this run's lower quartile over the other's upper one to
-    the reverse. When the two quartile ranges overlap, the line says the difference is
-    inside the spread of this run: no winner, whatever the medians say.
-    """
-    (a1, a3), (b1, b3) = this.quartiles, other.quartiles
-    ratio = this.median / other.median
-    line = (f"{this.label} / {other.label}: {ratio:.2f}x the time "
-            f"(quartile range {a1 / b3:.2f}-{a3 / b1:.2f})")
-    if a1 <= b3 and b1 <= a3:
-        return line + ": inside the spread of this run, no clear difference"
-    return line + (": faster" if ratio < 1 else ": slower") + ", outside the spread of this run"
-
-
 def timing_table(timings: Sequence[Timing], baseline: str | None = None):
     """A pandas table: median, quartiles (ms) and the ratio to ``baseline`` (default: the first)."""
     import pandas as pd

@@ -306,10 +306,15 @@ def capacity(point: Point, instances: int) -> float:
     """The most inferences per second ``instances`` serial instances can deliver at
     the compute time and batch size the server reported for the level: instances x
     inferences per execution / compute time of one execution (input, infer and
-    output, each execution once). NaN without the server's statistics."""
+    output, each execution once). The batch size is the one of the reported windows
+    (perf_analyzer's server-side counts), where the throughput was measured: the
+    batcher forms smaller batches while a level starts. NaN without the server's
+    statistics."""
     if not point.exec_ms > 0:
         return math.nan
-    return instances * point.exec_inferences / (point.exec_ms / 1e3)
+    per_execution = (point.inferences / point.executions if point.executions
+                     else point.exec_inferences)
+    return instances * per_execution / (point.exec_ms / 1e3)
 
 
 def table(points: Sequence[Point]):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
-           "COUNTERS"]
+           "machine_name", "COUNTERS"]
 
 # One Prometheus text line: name, optional {labels}, value (timestamps are not used by Triton).
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
@@ -188,3 +188,22 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 def shm_segments(prefix: str = "") -> list[str]:
     """The names in ``/dev/shm`` that start with ``prefix``."""
     return sorted(p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
+
+
+def machine_name() -> str:
+    """The machine this process runs on, in a few words: its CPU model, core count
+    and GPUs (as torch sees them), for a result that names where it was measured."""
+    import os
+
+    import torch
+
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return f"{cpu}, {os.cpu_count()} cores, " + (", ".join(gpus) or "no GPU")

@@ -130,7 +130,8 @@ HALF_DAY = [
     ("chapter", "05_model_repository", 1),
     ("fixed", "Break", 15),
     ("chapter", "06_pipelines", 1),
-    ("fixed", "Questions, what to read next", 10),
+    # Each chapter's slot already holds its share of questions (QUESTIONS_SHARE).
+    ("fixed", "Questions, what to read next", 5),
 ]
 
 FULL_DAY = [
