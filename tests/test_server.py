@@ -196,7 +196,8 @@ def test_no_remote_without_the_variable():
 
 
 def test_python_models_see_this_environment_even_when_it_is_not_activated(plus_one_repository):
-    # The stub ignores PYTHONPATH and finds its prefix through PATH; a server started
+    # The stub finds its prefix through PATH (on Python 3.11+ the 24.10 stub also ignores
+    # PYTHONPATH, book/versions.md); a server started
     # by an interpreter whose venv is not on PATH must still give models torch and tritonbook.
     probe = """
 import triton_python_backend_utils as pb_utils
@@ -224,6 +225,34 @@ class TritonPythonModel:
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) == len(torch.__version__)
+
+
+def test_the_24_10_stub_reads_pythonpath_only_below_python_3_11(tmp_path, monkeypatch):
+    # book/versions.md: the 24.10 stub embeds Python with pybind11 2.10, which starts an
+    # isolated interpreter (no PYTHONPATH) on Python 3.11 and newer, and the legacy one
+    # (PYTHONPATH read) on 3.10. The 26.08 container's stub (pybind11 2.12) reads it.
+    extra = tmp_path / "on_pythonpath"
+    extra.mkdir()
+    (extra / "pythonpath_probe.py").write_text("FOUND = 1\n")
+    probe = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+try:
+    from pythonpath_probe import FOUND
+except ImportError:
+    FOUND = 0
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", np.full((1, 1), FOUND, np.int32))]) for r in requests]
+"""
+    repository = tmp_path / "models"
+    write_model(repository, "pythonpath_probe", PYTHON_CONFIG, {"1/model.py": probe})
+    monkeypatch.setenv("PYTHONPATH", str(extra))
+    with server.EmbeddedTriton(repository, load_models=["pythonpath_probe"]) as triton:
+        out = infer(triton, "pythonpath_probe", {"IN": np.zeros((1, 1), np.int32)}, ["OUT"])
+    assert int(out["OUT"][0, 0]) == (1 if sys.version_info < (3, 11) else 0)
 
 
 def test_request_counts_wait_for_the_statistics(book_server):
