@@ -507,8 +507,9 @@ def _server_environment(wheel: _Wheel) -> dict[str, str]:
     # embeds libpython3.X, and the running Python's copy matches its site-packages.
     libdirs = [str(wheel.libs), sysconfig.get_config_var("LIBDIR") or ""]
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [*libdirs, env.get("LD_LIBRARY_PATH", "")] if p)
-    # The stub's embedded Python ignores PYTHONPATH, but it finds its prefix by looking
-    # up "python3" on PATH: this environment's bin folder first makes python models run
+    # The stub's embedded Python finds its prefix by looking up "python3" on PATH (and on
+    # Python 3.11+ this 24.10 stub ignores PYTHONPATH, book/versions.md): this
+    # environment's bin folder first makes python models run
     # with this venv's site-packages (torch, cv2, the editable tritonbook), .pth included.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
