@@ -28,6 +28,10 @@ TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
 TRITON_METRICS_PORT ?= 8002
 LOAD ?=
+# Where pip finds torch. Empty: PyPI, whose Linux wheel is the CUDA build (with
+# several GB of nvidia-* wheels). For the CPU-only build, on a laptop:
+#   make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 .PHONY: venv book execute html test test-remote serve student clean
 
@@ -36,6 +40,10 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The pinned torch from TORCH_INDEX first, when set; requirements.txt's torch==
+	# pin then accepts it (2.13.0+cpu is a 2.13.0).
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet \
+	    --index-url $(TORCH_INDEX) "$$(grep '^torch==' requirements.txt)")
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	# perf_analyzer, NVIDIA's load generator, from the tritonclient 2.51.0 wheel

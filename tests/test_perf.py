@@ -1,6 +1,8 @@
 """perf_analyzer, run by tritonbook.perf, against a real embedded server, and the
 book's own load generator held to it."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,7 @@ def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
         assert point.infer_per_s > 0.8 * CEILING
         assert point.compute_infer == pytest.approx(PACE_MS, rel=0.25)
         assert point.executions == point.inferences  # no batcher: one request each
+        assert point.server_requests == point.executions
     # Four in flight on one instance: each waits for the three ahead of it.
     assert four.p50 == pytest.approx(4 * one.p50, rel=0.2)
     assert four.queue == pytest.approx(3 * PACE_MS, rel=0.25)
@@ -99,6 +102,20 @@ def test_capacity_counts_batches():
     windows = perf.Point("m", "concurrency", 8, True, executions=10, inferences=40,
                          exec_ms=10.0, exec_inferences=2.0)
     assert perf.capacity(windows, instances=1) == pytest.approx(400)
+
+
+def test_capacity_of_an_unbatched_level_uses_its_reported_windows():
+    # One request per execution in the windows: their own compute (2 + 16 + 2 ms),
+    # not the whole run's 25 ms, which a slow start can inflate.
+    point = perf.Point("m", "concurrency", 4, True, executions=30, inferences=30,
+                       server_requests=30, compute_input=2.0, compute_infer=16.0,
+                       compute_output=2.0, exec_ms=25.0, exec_inferences=1.0)
+    assert point.execution_ms() == pytest.approx(20.0)
+    assert perf.capacity(point, instances=2) == pytest.approx(100)
+    assert point.row()["server ms per execution"] == pytest.approx(20.0)
+    # Batched windows (30 requests in 10 executions) keep the batch statistics.
+    batched = dataclasses.replace(point, executions=10)
+    assert batched.execution_ms() == pytest.approx(25.0)
 
 
 def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_server):

@@ -1,6 +1,8 @@
 """The model repository helpers: builders, links between models, configs, the tree view."""
 
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -98,3 +100,14 @@ def test_server_answer_drops_the_python_stack():
     assert server_answer(load_error) == "loading failed: Internal: TritonModelException: boom"
     assert server_answer(InferenceServerException("unexpected shape")) == "unexpected shape"
     assert server_answer(ValueError("bad")) == "ValueError: bad"
+
+
+def test_export_from_the_command_line_says_what_is_wrong(tmp_path):
+    command = [sys.executable, "-m", "tritonbook.repository", "export", str(tmp_path / "v")]
+    done = subprocess.run([*command, "face_restore_ensemble"], capture_output=True, text=True)
+    assert done.returncode == 2 and "calls ['face_detect', 'gfpgan', 'face_paste']" in done.stderr
+    done = subprocess.run([*command, "affine_python"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "v" / "affine_python" / "1" / "model.py").exists()
+    done = subprocess.run([*command, "affine_python"], capture_output=True, text=True)
+    assert done.returncode == 2 and "is not empty" in done.stderr

@@ -114,6 +114,7 @@ class Point:
     overhead: float = math.nan
     executions: int = 0
     inferences: int = 0
+    server_requests: int = 0  # the requests those executions carried
     # Request rate only: the percentage of requests perf_analyzer sent late, because
     # it could not keep up with the rate it was asked for.
     delayed: float = 0.0
@@ -123,6 +124,18 @@ class Point:
     # once, and the mean inferences (batch rows) one execution carried.
     exec_ms: float = math.nan
     exec_inferences: float = math.nan
+
+    def execution_ms(self) -> float:
+        """One execution's compute time (input, infer, output) behind the level's numbers.
+
+        Where every execution of the reported windows carried one request, it is those
+        windows' own mean: measured over the same span as the throughput. Where the
+        batcher merged requests, the windows' means credit each request of a batch with
+        the whole batch's time, so it is the batch statistics over the level's whole run
+        (``exec_ms``), each execution once."""
+        if self.executions and self.executions == self.server_requests:
+            return self.compute_input + self.compute_infer + self.compute_output
+        return self.exec_ms
 
     def tail(self, q: int) -> float:
         """The ``q`` percentile, or NaN when fewer than five answers lie beyond it:
@@ -140,12 +153,13 @@ class Point:
                 "server output ms": self.compute_output,
                 "server overhead ms": self.overhead,
                 "mean batch": self.inferences / self.executions if self.executions else math.nan,
-                "server ms per execution": self.exec_ms,
+                "server ms per execution": self.execution_ms(),
                 **({"delayed %": self.delayed} if self.mode == "request rate" else {})}
 
 
 _COUNT = re.compile(r"^\s*Request count: (\d+)", re.M)
 _SERVER = re.compile(r"Inference count: (\d+)\s+Execution count: (\d+)")
+_SUCCESS = re.compile(r"Successful request count: (\d+)")
 _OVERHEAD = re.compile(r"\(overhead (\d+) usec")
 _DELAYED = re.compile(r"([\d.]+)% of the requests were delayed")
 
@@ -162,6 +176,7 @@ def _parse(stdout: str, csv_path: Path, model: str, mode: str, load: float,
     row = rows[0]
     # One level per perf_analyzer call, so the report holds one of each.
     count, server = _COUNT.search(stdout), _SERVER.search(stdout)
+    success = _SUCCESS.search(stdout)
     overhead, delayed = _OVERHEAD.search(stdout), _DELAYED.search(stdout)
 
     def ms(column: str) -> float:
@@ -179,6 +194,7 @@ def _parse(stdout: str, csv_path: Path, model: str, mode: str, load: float,
         overhead=int(overhead.group(1)) / 1e3 if overhead else math.nan,
         inferences=int(server.group(1)) if server else 0,
         executions=int(server.group(2)) if server else 0,
+        server_requests=int(success.group(1)) if success else 0,
         delayed=float(delayed.group(1)) if delayed else 0.0, command=command)
 
 
@@ -305,16 +321,16 @@ def _totals(triton, model: str) -> dict[str, int] | None:
 def capacity(point: Point, instances: int) -> float:
     """The most inferences per second ``instances`` serial instances can deliver at
     the compute time and batch size the server reported for the level: instances x
-    inferences per execution / compute time of one execution (input, infer and
-    output, each execution once). The batch size is the one of the reported windows
-    (perf_analyzer's server-side counts), where the throughput was measured: the
-    batcher forms smaller batches while a level starts. NaN without the server's
-    statistics."""
-    if not point.exec_ms > 0:
+    inferences per execution / compute time of one execution (``Point.execution_ms``).
+    The batch size is the one of the reported windows (perf_analyzer's server-side
+    counts), where the throughput was measured: the batcher forms smaller batches
+    while a level starts. NaN without the server's statistics."""
+    execution_ms = point.execution_ms()
+    if not execution_ms > 0:
         return math.nan
     per_execution = (point.inferences / point.executions if point.executions
                      else point.exec_inferences)
-    return instances * per_execution / (point.exec_ms / 1e3)
+    return instances * per_execution / (execution_ms / 1e3)
 
 
 def table(points: Sequence[Point]):

@@ -291,6 +291,47 @@ def ensure_model_files(
     return built
 
 
+def export(
+    models: Iterable[str],
+    destination: str | os.PathLike,
+    repository: str | os.PathLike = REPOSITORY,
+) -> list[str]:
+    """Copy the named model folders into a new repository, for a server that loads them all.
+
+    This is how a volume for ``--model-control-mode=none`` is filled
+    (``deploy/kubernetes/triton.yaml``): such a server loads every folder it finds at
+    start, and by default exits if one fails, so the volume holds exactly the models to
+    serve. Missing model files are built first; links are copied as the files they point
+    to (``gfpgan_batched`` shares ``gfpgan``'s file here, but a volume filled with
+    ``cp -r`` would hold dangling links). An ensemble's steps must be in the list too:
+    BLS callees cannot be read from a config, so name those yourself.
+    """
+    repository, destination = Path(repository), Path(destination)
+    models = list(dict.fromkeys(models))
+    known = model_names(repository)
+    unknown = [m for m in models if m not in known]
+    if not models or unknown:
+        raise ValueError(f"name models to export from {repository}; unknown: {unknown}, known: {known}")
+    for model in models:
+        config = read_config(model, repository)
+        steps = [s["model_name"] for s in config.get("ensemble_scheduling", {}).get("step", [])]
+        missing = [step for step in steps if step not in models]
+        if missing:
+            raise ValueError(f"ensemble {model!r} calls {missing}: add them to the list")
+    if destination.exists() and any(destination.iterdir()):
+        raise FileExistsError(f"{destination} is not empty: export into a new or empty folder")
+    ensure_model_files(models, repository)
+    destination.mkdir(parents=True, exist_ok=True)
+    for model in models:
+        shutil.copytree(
+            repository / model,
+            destination / model,
+            symlinks=False,  # a link is copied as the file it points to
+            ignore=shutil.ignore_patterns("__pycache__", "*.partial"),
+        )
+    return models
+
+
 def read_config(model: str, repository: str | os.PathLike = REPOSITORY) -> dict:
     """A model's config.pbtxt, parsed with Triton's own schema, in the JSON form that the
     server reports and the load API accepts (64-bit numbers as numbers, not strings)."""
@@ -421,3 +462,21 @@ def _size(n: int) -> str:
     if n < 1024**2:
         return f"{n / 1024:.1f} KiB"
     return f"{n / 1024**2:.1f} MiB"
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tritonbook.repository",
+        description="Copy model folders (links resolved, missing files built) into a new repository.",
+    )
+    parser.add_argument("command", choices=["export"])
+    parser.add_argument("destination", help="a new or empty folder")
+    parser.add_argument("models", nargs="+", help="the models to serve, with an ensemble's steps")
+    arguments = parser.parse_args()
+    try:
+        exported = export(arguments.models, arguments.destination)
+    except (ValueError, FileExistsError) as error:
+        parser.error(str(error))
+    print(f"exported to {arguments.destination}:", " ".join(exported))
