@@ -54,7 +54,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 book: execute html
 
 execute: venv
-	$(BIN)/python -m tritonbook.notebooks $(NOTEBOOKS)
+	$(BIN)/python -m booktools.execute $(NOTEBOOKS)
 
 html: venv
 	$(BIN)/jupyter-book build -W --keep-going .
@@ -64,7 +64,7 @@ test: venv
 	# extension and the model files, which the unit tests then find in place.
 	$(BIN)/python -m pytest $(NOTEBOOKS) tests $(NBVAL)
 	$(BIN)/jupyter-book build -W --keep-going .
-	$(BIN)/python -m tritonbook.browser _build/html --screenshots _build/screenshots \
+	$(BIN)/python -m booktools.browser _build/html --screenshots _build/screenshots \
 	    $(foreach page,$(SCREENSHOTS),--shoot $(page))
 
 # The notebooks that talk to a server (the others never read TRITON_URL), against one
@@ -82,7 +82,7 @@ serve: venv
 	$(BIN)/python -m tritonbook.serve $(foreach m,$(LOAD),--load-model $(m))
 
 student: venv
-	$(BIN)/python -m tritonbook.student $(sort $(wildcard notebooks/*.ipynb)) --out workshop
+	$(BIN)/python -m booktools.student $(sort $(wildcard notebooks/*.ipynb)) --out workshop
 
 clean:
 	rm -rf _build

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tritonbook import browser
+from booktools import browser
 
 GOOD = f"""<!doctype html><html><body>
 <h1 id="top">Good</h1>

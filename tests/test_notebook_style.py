@@ -31,7 +31,7 @@ def test_code_fits_the_page(notebook):
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
 def test_no_cell_carries_execution_timestamps(notebook):
     # Timestamps change on every run and bury the real changes in a diff; the
-    # notebook's run time is in its metadata (tritonbook.notebooks).
+    # notebook's run time is in its metadata (booktools.execute).
     cells = json.loads(notebook.read_text())["cells"]
     stamped = [index for index, cell in enumerate(cells) if "execution" in cell["metadata"]]
     assert not stamped, f"cells with execution timestamps: {stamped}"

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tritonbook import notebooks
+from booktools import execute as notebooks
 
 
 def _notebook(path, *sources):

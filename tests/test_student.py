@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tritonbook import student
-from tritonbook.notebooks import _current_env_kernel_manager
+from booktools import student
+from booktools.execute import _current_env_kernel_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tritonbook import workshop
+from booktools import workshop
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,6 @@ __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "heal
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
            "machine_name", "COUNTERS"]
 
-# One Prometheus text line: name, optional {labels}, value (timestamps are not used by Triton).
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
 # The per-model counters Triton exports, by the names this book uses for them.
 COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
             "executions": "nv_inference_exec_count", "queue": "nv_inference_queue_duration_us",
@@ -33,15 +29,21 @@ COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_infere
 def scrape(metrics_url: str, timeout: float = 5.0) -> dict[tuple[str, tuple], float]:
     """Every sample on ``http://<metrics_url>/metrics``: ``{(name, labels): value}``,
     where ``labels`` is a sorted tuple of ``(label, value)`` pairs."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=timeout) as answer:
         text = answer.read().decode()
+    # Prometheus' own parser: label escapes, NaN and +Inf values, HELP and TYPE lines. It
+    # names a counter's sample <family>_total, the OpenMetrics way; Triton exposes its
+    # counters without that suffix (nv_inference_count), and Prometheus stores them as
+    # exposed, so the names here are Triton's.
     samples = {}
-    for line in text.splitlines():
-        match = _LINE.match(line)
-        if line.startswith("#") or not match:
-            continue
-        name, labels, value = match.groups()
-        samples[name, tuple(sorted(_LABEL.findall(labels or "")))] = float(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if family.type == "counter" and name == family.name + "_total":
+                name = family.name
+            samples[name, tuple(sorted(sample.labels.items()))] = sample.value
     return samples
 
 

@@ -15,9 +15,9 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tritonbook.server import DEFAULT_REPOSITORY
-
-REPOSITORY = DEFAULT_REPOSITORY
+# The committed repository, beside the package. server imports this module (for the
+# default repository and read_config); nothing here imports server.
+REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 
 
 def build_affine_torchscript(path: Path) -> None:

@@ -35,9 +35,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonbook.repository import REPOSITORY, read_config
+
 PACKAGE_ROOT = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_ROOT.parent
-DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
+DEFAULT_REPOSITORY = REPOSITORY
 # Backend name -> the stand-in (a folder of tritonbook/standins) that serves it here.
 STANDINS = {"pytorch": "pytorch", "onnxruntime": "onnxruntime", "torch_aoti_standin": "torch_aoti"}
 # Triton 2.51's core does not know `platform: "torch_aoti"` (pytorch_backend serves it since
@@ -189,8 +191,6 @@ class Triton:
             path = self._local_repository() / model / "config.pbtxt"
             if not path.exists():
                 return None
-            from tritonbook.repository import read_config
-
             config = read_config(model, self._local_repository())
             if config.get("platform") != AOTI_PLATFORM:
                 return None

@@ -1,7 +1,7 @@
 """Sphinx extension: the notebooks' measured run times in myst-nb's execution table.
 
 The book's HTML build never executes a notebook (``execute_notebooks: off``): ``make book``
-runs them with ``python -m tritonbook.notebooks``, which stores each run's start, wall time
+runs them with ``python -m booktools.execute``, which stores each run's start, wall time
 and outcome in the notebook's metadata (``tritonbook``). myst-nb fills its
 ``{nb-exec-table}`` only from runs it made itself, so this hands it those stored runs.
 """

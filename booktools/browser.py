@@ -1,6 +1,6 @@
 """Open the built book in headless Chromium and check every page of the toc.
 
-    python -m tritonbook.browser _build/html --toc _toc.yml --screenshots _build/screenshots
+    python -m booktools.browser _build/html --toc _toc.yml --screenshots _build/screenshots
 
 For each page: no console error and no uncaught exception while it loads, every image
 loaded (complete, with a width), and every internal link pointing at a file that exists

@@ -1,6 +1,6 @@
 """Execute the book's notebooks in place, in this environment's kernel, and time them.
 
-    python -m tritonbook.notebooks notebooks/*.ipynb
+    python -m booktools.execute notebooks/*.ipynb
 
 ``make book`` runs this before building the HTML, so the committed notebooks carry the
 outputs of a real run. Each notebook's wall time, the time the run started and whether it

@@ -4,7 +4,7 @@ A chapter's slot is the time to present its text, to run its cells, to do its ex
 and a share on top for explaining again, debugging and questions, rounded up to five
 minutes. The rate below is an assumption a teacher can change, stated in one place; the
 run times are measured (``tritonbook.run_seconds``, written by
-``python -m tritonbook.notebooks``). The book's workshop guide prints the schedules.
+``python -m booktools.execute``). The book's workshop guide prints the schedules.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ HALF_DAY = [
 ]
 
 FULL_DAY = [
-    ("fixed", "Welcome: what we build, how the book is tested", 15),
+    ("fixed", "Welcome: what we build, how the book is tested", 10),
     ("chapter", "00_environment", None),
     ("chapter", "01_custom_ops", 1),
     ("chapter", "02_simplify_forward", 1),

@@ -1,6 +1,6 @@
 """Student copies of the chapters: the exercises without their solutions.
 
-    python -m tritonbook.student notebooks/*.ipynb --out workshop
+    python -m booktools.student notebooks/*.ipynb --out workshop
 
 The rendered book hides each solution behind a toggle (the ``hide-cell`` tag), but
 JupyterLab shows it: a student who opens the chapter sees every solution under its
