@@ -10,23 +10,16 @@ book's width, a 1280-pixel window with both sidebars shown. Cell outputs may scr
 they are what the code printed. Screenshots of the pages named with
 ``--shoot`` go to the screenshot folder. Exit status 1 lists every problem.
 
-Chromium is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``),
-so nothing but Debian's ``chromium`` package is needed.
+Chromium is Debian's ``chromium`` package, driven by Playwright (``requirements.txt``),
+which launches that binary and downloads no browser of its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import fcntl
-import json
-import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -56,145 +49,58 @@ class PageReport:
 
 
 class Chromium:
-    """A headless Chromium spoken to with DevTools protocol messages on fds 3 and 4."""
+    """Debian's headless Chromium, driven by Playwright. Playwright launches the system
+    binary (``executable_path``), so it downloads no browser of its own."""
 
     def __init__(self, width: int = 1280, height: int = 900, timeout: float = 60.0):
+        from playwright.sync_api import Error, sync_playwright
+
         binary = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
         if binary is None:
             raise BrowserError("no chromium found; install Debian's package: apt-get install -y chromium")
-        self.timeout = timeout
         self.width, self.height = width, height
-        self.profile = tempfile.mkdtemp(prefix="tritonbook-chromium-")
-        to_browser_r, self._to_browser = os.pipe()
-        self._from_browser, from_browser_w = os.pipe()
-        # The child's ends move to fds of 10 and up, so that placing them at 3 and 4 in
-        # the child cannot overwrite one with the other.
-        child_r = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD_CLOEXEC, 10)
-        child_w = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD_CLOEXEC, 10)
-        os.close(to_browser_r)
-        os.close(from_browser_w)
+        self._playwright = sync_playwright().start()
+        try:
+            self._browser = self._playwright.chromium.launch(
+                executable_path=binary, timeout=timeout * 1e3,
+                args=["--disable-gpu", "--allow-file-access-from-files"])
+        except Error as exc:
+            self._playwright.stop()
+            raise BrowserError(f"chromium did not start: {exc}") from exc
+        self.page = self._browser.new_page(viewport={"width": width, "height": height})
+        self.page.set_default_timeout(timeout * 1e3)
+        self._errors: list[str] = []
+        # Console errors (console.error, console.assert, and Chromium's own "Failed to load
+        # resource") and uncaught exceptions.
+        self.page.on("console", lambda m: self._errors.append(m.text) if m.type in ("error", "assert") else None)
+        self.page.on("pageerror", lambda e: self._errors.append(f"{e.name}: {e.message}"))
 
-        def plumbing():  # in the child: the protocol pipes become fds 3 and 4
-            os.dup2(child_r, 3)  # dup2 makes them inheritable: they survive exec
-            os.dup2(child_w, 4)
-
-        self.process = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-             "--disable-background-networking", "--disable-component-update", "--disable-quic",
-             "--allow-file-access-from-files", f"--user-data-dir={self.profile}", "--remote-debugging-pipe",
-             f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            # Python's own fds are close-on-exec; only 3 and 4 reach chromium.
-            close_fds=False, preexec_fn=plumbing)
-        os.close(child_r)
-        os.close(child_w)
-        self._buffer = b""
-        self._next_id = 0
-        self.events: list[dict] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", session=True, width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)
-
-    # Protocol ----------------------------------------------------------------------
-    def _read_message(self, deadline: float) -> dict:
-        while b"\0" not in self._buffer:
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise BrowserError("chromium stopped answering")
-            chunk = os.read(self._from_browser, 1 << 16)
-            if not chunk:
-                raise BrowserError("chromium closed its protocol pipe")
-            self._buffer += chunk
-        raw, self._buffer = self._buffer.split(b"\0", 1)
-        return json.loads(raw)
-
-    def call(self, method: str, session: bool = False, **params) -> dict:
-        self._next_id += 1
-        message = {"id": self._next_id, "method": method, "params": params}
-        if session:
-            message["sessionId"] = self.session
-        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout
-        while True:
-            reply = self._read_message(deadline)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise BrowserError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-            if "method" in reply:
-                self.events.append(reply)
-
-    def wait_for(self, event: str, timeout: float | None = None) -> dict:
-        deadline = time.monotonic() + (timeout or self.timeout)
-        for i, seen in enumerate(self.events):
-            if seen["method"] == event:
-                return self.events.pop(i)
-        while True:
-            reply = self._read_message(deadline)
-            if reply.get("method") == event:
-                return reply
-            if "method" in reply:
-                self.events.append(reply)
-
-    def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
-                           awaitPromise=True)
-        return result["result"].get("value")
-
-    # Pages -------------------------------------------------------------------------
     def open(self, url: str, settle: float = 0.5) -> list[str]:
         """Load ``url``; return the console errors and exceptions seen while it loaded."""
-        self.events.clear()
-        self.call("Page.navigate", session=True, url=url)
-        self.wait_for("Page.loadEventFired")
-        time.sleep(settle)  # scripts that run after the load event
-        self.evaluate("1")  # collect the events that arrived meanwhile
-        errors = []
-        for event in self.events:
-            method, params = event["method"], event.get("params", {})
-            if method == "Runtime.exceptionThrown":
-                details = params["exceptionDetails"]
-                text = details.get("exception", {}).get("description") or details.get("text", "")
-                errors.append(f"{text.splitlines()[0]} ({details.get('url', '')}:{details.get('lineNumber', '')})")
-            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
-            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                entry = params["entry"]
-                errors.append(f"{entry.get('text', '')} {entry.get('url', '')}".strip())
-        return errors
+        self._errors.clear()
+        self.page.goto(url, wait_until="load")
+        self.page.wait_for_timeout(settle * 1e3)  # scripts that run after the load event
+        return list(self._errors)
+
+    def evaluate(self, expression: str):
+        return self.page.evaluate(expression)
 
     def screenshot(self, path: Path, max_height: int = 16000) -> None:
         """The whole page (up to ``max_height`` pixels), with the window made that tall so
         that the sticky sidebars are drawn as a reader sees them."""
         height = min(int(self.evaluate("document.documentElement.scrollHeight") or self.height), max_height)
-        self.call("Emulation.setDeviceMetricsOverride", session=True, width=self.width, height=height,
-                  deviceScaleFactor=1, mobile=False)
+        self.page.set_viewport_size({"width": self.width, "height": height})
         try:
-            time.sleep(0.3)  # let the page lay itself out at the new height
-            data = self.call("Page.captureScreenshot", session=True, format="png")["data"]
+            self.page.wait_for_timeout(300)  # let the page lay itself out at the new height
+            self.page.screenshot(path=str(path))
         finally:
-            self.call("Emulation.setDeviceMetricsOverride", session=True, width=self.width,
-                      height=self.height, deviceScaleFactor=1, mobile=False)
-        path.write_bytes(base64.b64decode(data))
+            self.page.set_viewport_size({"width": self.width, "height": self.height})
 
     def close(self) -> None:
         try:
-            self.call("Browser.close")
-        except BrowserError:
-            pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        for fd in (self._to_browser, self._from_browser):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        shutil.rmtree(self.profile, ignore_errors=True)
+            self._browser.close()
+        finally:
+            self._playwright.stop()
 
     def __enter__(self):
         return self
