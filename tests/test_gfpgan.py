@@ -408,3 +408,31 @@ def test_script_error_summary_names_the_reason_and_the_line():
     assert line == "at: return gfpgan.OPS.fused_leaky_relu(x, None)"
     # An error that points at no line: the reason alone.
     assert script_error_summary(RuntimeError("no source\n")) == "RuntimeError: no source"
+
+
+class _PoolToNoneWidth(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = torch.nn.AdaptiveAvgPool2d((None, 1))
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def test_script_failure_gives_the_reason_after_a_schema_line_and_refuses_a_module_that_scripts():
+    from tritonbook.torchscript import script_failure
+
+    # The error starts with adaptive_avg_pool2d's schema; the reason is the line after it.
+    reason, line = script_failure(_PoolToNoneWidth(), width=None).splitlines()
+    assert reason.startswith("RuntimeError: Expected a value of type 'List[int]' for argument 'output_size'")
+    assert line.startswith("at: return F.adaptive_avg_pool2d(")
+    assert len(script_failure(_PoolToNoneWidth(), width=40).splitlines()[0]) <= len("RuntimeError: ") + 40
+    with pytest.raises(AssertionError, match="expected torch.jit.script to fail"):
+        script_failure(torch.nn.ReLU())
+    # An underline over several lines: the line where it starts.
+    assert script_failure(_UntypedFlag()).splitlines()[1] == "at: def forward(self, x, is_train=True):"
+
+
+class _UntypedFlag(torch.nn.Module):
+    def forward(self, x, is_train=True):
+        return x * 2 if is_train else x

@@ -343,3 +343,46 @@ def psnr(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> float:
         raise ValueError(f"shapes differ: {x.shape} vs {y.shape}")
     mse = float(np.mean((x.astype(np.float64) - y.astype(np.float64)) ** 2))
     return float("inf") if mse == 0 else float(10.0 * np.log10(255.0 ** 2 / mse))
+
+
+# ---------------------------------------------------------------------------------
+# onnxruntime, and the chapter's table of factors
+# ---------------------------------------------------------------------------------
+
+def onnx_providers() -> list[str]:
+    """onnxruntime's execution providers for this machine, best first: the CUDA provider
+    when torch sees a GPU and the installed onnxruntime has it (onnxruntime-gpu's needs
+    CUDA 13 and cuDNN 9), then the CPU provider, which every build has."""
+    import onnxruntime as ort
+
+    cuda = torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers()
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+
+
+def onnx_session(path: str | os.PathLike):
+    """An onnxruntime session on ``path`` with ``onnx_providers()``."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(os.fspath(path), providers=onnx_providers())
+
+
+def psnr_table(runs: Mapping[float, tuple[torch.Tensor, torch.Tensor, torch.Tensor, object]]):
+    """One row per factor from ``{factor: (low, high, served, parity report)}``: the
+    sizes, the largest difference from PyTorch, and the PSNR against the original
+    (``high``) of plain bicubic upscaling and of SRCNN, with SRCNN's gain."""
+    import pandas as pd
+
+    rows = []
+    for factor, (low, high, out, report) in runs.items():
+        original = tensor_to_image(high)
+        rows.append({
+            "factor": factor,
+            "input": f"{low.shape[-2]}x{low.shape[-1]}",
+            "output": f"{out.shape[-2]}x{out.shape[-1]}",
+            "max |ORT - torch|": report.max_abs,
+            "PSNR bicubic (dB)": psnr(tensor_to_image(bicubic_upscale(low, factor)), original),
+            "PSNR SRCNN (dB)": psnr(tensor_to_image(out), original),
+        })
+    table = pd.DataFrame(rows).set_index("factor")
+    table["gain (dB)"] = table["PSNR SRCNN (dB)"] - table["PSNR bicubic (dB)"]
+    return table

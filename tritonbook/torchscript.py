@@ -1,26 +1,52 @@
 """Reading TorchScript's compiler errors (chapter 3).
 
 ``torch.jit.script`` compiles Python source and stops at the first construct outside
-TorchScript's subset. Its error holds the reason on the first line, then the source
-with ``~~~ <--- HERE`` under the offending expression, then the call stack; the reader
-wants the reason and the line.
+TorchScript's subset. Its error holds the reason (after an operator's schema, when a
+call did not match one), then the source with ``~~~ <--- HERE`` under the offending
+expression, then the call stack; the reader wants the reason and the line.
 """
 
 from __future__ import annotations
 
+import textwrap
+
 MARKER = "<--- HERE"
 
 
-def script_error_summary(error: BaseException) -> str:
+def script_error_summary(error: BaseException, width: int | None = None) -> str:
     """The reason and the offending source line of a ``torch.jit.script`` error:
     ``"<Type>: <reason>\\nat: <line>"``, or the reason alone when the error does not
-    point at a line."""
+    point at a line. ``width`` shortens the reason to that many characters."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
-    summary = f"{type(error).__name__}: {lines[0]}"
-    # The marker line underlines the expression in the source line above it.
+    # The reason is the last line before the source excerpt ("  File ..."); a schema
+    # line (``op(Tensor input, ...) -> Tensor:``) or a lone ":" may come before it.
+    first_file = next((i for i, line in enumerate(lines) if line.lstrip().startswith("File ")), len(lines))
+    head = [line.strip().rstrip(":").strip() for line in lines[:first_file]]
+    head = [line for line in head if line] or [lines[0].strip()]
+    reason = head[-1]
+    if width is not None:
+        reason = textwrap.shorten(reason, width, placeholder=" ...")
+    summary = f"{type(error).__name__}: {reason}"
+    # Each source line in the excerpt has a line of ~ under it; the last ~ line ends in
+    # the marker. The expression starts at the first underlined line.
     marked = [i for i, line in enumerate(lines) if MARKER in line and i > 0]
     if marked:
-        summary += "\nat: " + lines[marked[0] - 1].strip()
+        start = marked[0] - 1
+        while start >= 2 and set(lines[start - 1].strip()) == {"~"}:
+            start -= 2
+        summary += "\nat: " + lines[start].strip()
     return summary
+
+
+def script_failure(module, width: int | None = 80) -> str:
+    """``script_error_summary`` of ``torch.jit.script(module)``, which must fail:
+    AssertionError when it scripts."""
+    import torch
+
+    try:
+        torch.jit.script(module)
+    except RuntimeError as error:
+        return script_error_summary(error, width)
+    raise AssertionError(f"{type(module).__name__}: expected torch.jit.script to fail")
