@@ -2,16 +2,18 @@
 live apart from it (issue 29)."""
 
 import ast
+import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tritonbook"
 
 
-def _imports(path: Path) -> set[str]:
-    """The tritonbook modules a file imports, at the top or inside a function."""
+def _imports(source: str) -> set[str]:
+    """The tritonbook modules some source imports, at the top or inside a function."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tritonbook"):
             parts = node.module.split(".")
             if len(parts) > 1:
@@ -25,7 +27,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_import_circle_in_the_package():
     modules = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    graph = {name: _imports(path) & modules.keys() - {name} for name, path in modules.items()}
+    graph = {name: _imports(path.read_text()) & modules.keys() - {name} for name, path in modules.items()}
 
     def reaches(start, goal, seen=()):
         return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in graph[start])
@@ -45,9 +47,6 @@ def test_the_book_tools_are_not_in_the_readers_package():
 
 # -- the chapter map and the run-time table (CONTRIBUTING.md) ----------------------------
 
-import json  # noqa: E402
-import re  # noqa: E402
-
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 FOLDERS = sorted(p.name for p in (ROOT / "model_repository").iterdir() if p.is_dir())
 
@@ -59,14 +58,7 @@ def _code_of(notebook: Path) -> list[str]:
 
 def _what_the_chapter_uses(notebook: Path) -> tuple[list[str], list[str]]:
     """The tritonbook modules its code imports, and the model folders it names."""
-    modules = set()
-    for source in _code_of(notebook):
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tritonbook"):
-                parts = node.module.split(".")
-                modules |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
-            elif isinstance(node, ast.Import):
-                modules |= {a.name.split(".")[1] for a in node.names if a.name.startswith("tritonbook.")}
+    modules = set().union(*(_imports(source) for source in _code_of(notebook)))
     code = "\n".join(_code_of(notebook))
     folders = [f for f in FOLDERS if f'"{f}"' in code]
     return sorted(modules), folders

@@ -38,7 +38,6 @@ from pathlib import Path
 from tritonbook.repository import REPOSITORY, read_config
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
-PROJECT_ROOT = PACKAGE_ROOT.parent
 DEFAULT_REPOSITORY = REPOSITORY
 # Backend name -> the stand-in (a folder of tritonbook/standins) that serves it here.
 STANDINS = {"pytorch": "pytorch", "onnxruntime": "onnxruntime", "torch_aoti_standin": "torch_aoti"}
