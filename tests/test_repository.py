@@ -111,3 +111,22 @@ def test_export_from_the_command_line_says_what_is_wrong(tmp_path):
     assert (tmp_path / "v" / "affine_python" / "1" / "model.py").exists()
     done = subprocess.run([*command, "affine_python"], capture_output=True, text=True)
     assert done.returncode == 2 and "is not empty" in done.stderr
+
+
+def test_build_from_the_command_line_builds_what_is_missing_and_refuses_the_unknown():
+    command = [sys.executable, "-m", "tritonbook.repository", "build"]
+    repository.ensure_model_files(["affine_torchscript"])
+    done = subprocess.run([*command, "affine_torchscript"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("0 file(s) built")
+    done = subprocess.run([*command, "affine_python", "nonesuch"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "no generated files for affine_python, nonesuch" in done.stderr
+
+
+def test_build_writes_a_missing_file(tmp_path, monkeypatch):
+    # The command's function, on a scratch copy of one model folder.
+    monkeypatch.setattr(repository, "REPOSITORY", tmp_path)
+    (tmp_path / "affine_torchscript").mkdir()
+    repository._main(["build", "affine_torchscript"])
+    assert (tmp_path / "affine_torchscript" / "1" / "model.pt").exists()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,6 +162,137 @@ def test_the_server_dies_with_its_parent(plus_one_repository, tmp_path):
         parent.send_signal(signal.SIGKILL)  # no atexit, no cleanup: only the kernel's signal
         parent.wait()
     assert wait_gone(pgid, seconds=30) == []
+    # Whatever /dev/shm regions its server left, the next server removes.
+    server.remove_orphaned_shm_regions()
+    assert region_names(f"{server.SHM_PREFIX}{parent.pid}-") == []
+
+
+def region_names(prefix):
+    return [region.name for region in server.shm_regions(prefix)]
+
+
+def test_every_region_of_a_server_carries_its_prefix_and_stop_removes_them(plus_one_repository):
+    with server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"]) as triton:
+        prefix = triton.shm_prefix
+        assert prefix.startswith(f"{server.SHM_PREFIX}{os.getpid()}-")
+        # One region for each stub: plus_one has one instance.
+        assert len(region_names(prefix)) == 1
+        # A killed stub leaves its region; Triton does not remove it, stop() does.
+        stub = next(pid for pid in triton_processes(triton.pid) if pid != triton.pid)
+        os.kill(stub, signal.SIGKILL)
+    assert wait_gone(triton.pid) == []
+    assert region_names(prefix) == []
+
+
+def serve_until_refused(url, protocol, stop, outcomes):
+    """Send plus_one requests from one client until one fails; record the failure."""
+    if protocol == "http":
+        import tritonclient.http as module
+    else:
+        import tritonclient.grpc as module
+    client = module.InferenceServerClient(url)
+    sent = module.InferInput("IN", [1, 1], "INT32")
+    sent.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+    try:
+        while not stop.is_set():
+            client.infer("plus_one", [sent])
+        outcomes.append((protocol, "stopped", None, time.monotonic()))
+    except Exception as exc:  # what the client sees is the point of the test
+        status = exc.status() if hasattr(exc, "status") else None
+        outcomes.append((protocol, type(exc).__name__, status, time.monotonic()))
+    finally:
+        client.close()
+
+
+def test_a_server_killed_under_load_fails_every_client_at_once_and_leaves_nothing(plus_one_repository):
+    import threading
+
+    triton = server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"])
+    prefix, pgid = triton.shm_prefix, triton.pid
+    stop, outcomes, clients = threading.Event(), [], []
+    try:
+        for protocol, url in (("http", triton.http_url), ("grpc", triton.grpc_url)):
+            for _ in range(8):  # 16 requests in flight, half on each protocol
+                clients.append(threading.Thread(
+                    target=serve_until_refused, args=(url, protocol, stop, outcomes)))
+        for client in clients:
+            client.start()
+        time.sleep(1.0)
+        assert outcomes == []  # all sixteen are being served
+        killed = time.monotonic()
+        os.kill(pgid, signal.SIGKILL)
+        for client in clients:
+            client.join(timeout=30)
+        assert not any(client.is_alive() for client in clients), "a client hangs"
+        # Each client is told at once, with a connection error, not a wrong answer.
+        assert len(outcomes) == 16 and all(o[1] != "stopped" for o in outcomes)
+        assert max(o[3] for o in outcomes) - killed < 5
+        # HTTP: the open connection closes (a request that reconnects is refused);
+        # gRPC: UNAVAILABLE.
+        http = {name for protocol, name, _, _ in outcomes if protocol == "http"}
+        grpc = {(name, status) for protocol, name, status, _ in outcomes if protocol == "grpc"}
+        assert http <= {"HTTPConnectionClosed", "ConnectionRefusedError", "ConnectionResetError",
+                        "BrokenPipeError"}, http
+        assert grpc == {("InferenceServerException", "StatusCode.UNAVAILABLE")}, grpc
+        # The killed server's regions outlive it until its owner stops it.
+        assert region_names(prefix)
+    finally:
+        stop.set()
+        triton.stop()
+    assert wait_gone(pgid) == []
+    assert region_names(prefix) == []
+    with server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"]) as again:
+        out = infer(again, "plus_one", {"IN": np.array([[1]], dtype=np.int32)}, ["OUT"])
+        assert out["OUT"].tolist() == [[2]]
+
+
+def test_a_new_server_removes_the_regions_of_a_gone_process_only(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = f"{server.SHM_PREFIX}{gone.pid}-0badc0de-region"
+    live = f"{server.SHM_PREFIX}{os.getpid()}-0badc0de-region"
+    unrelated = "tritonbook_test_unrelated"
+    try:
+        for name in (orphan, live, unrelated):
+            (Path("/dev/shm") / name).write_bytes(b"\0" * 64)
+        assert server.remove_orphaned_shm_regions() == [orphan]
+        assert region_names(live) == [live] and region_names(unrelated) == [unrelated]
+    finally:
+        for name in (orphan, live, unrelated):
+            (Path("/dev/shm") / name).unlink(missing_ok=True)
+
+
+def private_dev_shm_works() -> bool:
+    """True where this process may mount a tmpfs of its own over /dev/shm (root, and
+    a kernel that lets it make a mount namespace)."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not private_dev_shm_works(), reason="needs root and mount namespaces")
+def test_a_full_dev_shm_refuses_the_load_with_the_backends_message(plus_one_repository):
+    # A 64 KiB /dev/shm, private to this server (a mount namespace): smaller than the
+    # 1 MiB region each python model instance needs, as a full one is.
+    script = textwrap.dedent(f"""
+        from tritonbook import server
+        with server.EmbeddedTriton({str(plus_one_repository)!r}) as triton:
+            try:
+                triton.load("plus_one")
+            except server.TritonServerError as error:
+                print(error.reason or error)
+    """)
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c",
+         f'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$0" -c "$1"', sys.executable, script],
+        capture_output=True, text=True, timeout=120)
+    said = done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Unable to initialize shared memory key" in said, said
+    assert "Each Python backend model instance requires at least 1 MB" in said
+    assert "No space left on device" in said
 
 
 def test_remote_server_from_environment(plus_one_repository):

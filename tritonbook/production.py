@@ -14,6 +14,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from tritonbook.server import SHM_PREFIX
+
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
            "machine_name", "COUNTERS"]
@@ -157,9 +159,13 @@ def stub_processes(server_pid: int, model: str) -> list:
 
 def stub_region(process) -> str:
     """The name in ``/dev/shm`` of the region a stub shares with the server (from its
-    command line). A stub that is killed leaves it behind, and the server does not
-    remove it, not even at exit (chapter 7)."""
-    [region] = [a for a in process.cmdline() if a.startswith("triton_python_backend_shm_region")]
+    command line). A stub that is killed leaves it behind, and Triton does not remove
+    it, not even at exit (chapter 7); the book's embedded server does when it stops.
+    Triton names it ``triton_python_backend_shm_region_<uuid>`` unless the backend
+    option ``shm-region-prefix-name`` replaces the prefix, as the embedded server does
+    (``tritonbook.server.SHM_PREFIX``)."""
+    prefixes = ("triton_python_backend_shm_region_", SHM_PREFIX)
+    [region] = [a for a in process.cmdline() if a.startswith(prefixes)]
     return region
 
 

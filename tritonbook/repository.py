@@ -464,19 +464,38 @@ def _size(n: int) -> str:
     return f"{n / 1024**2:.1f} MiB"
 
 
-if __name__ == "__main__":
+def _main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
         prog="python -m tritonbook.repository",
-        description="Copy model folders (links resolved, missing files built) into a new repository.",
+        description="build: the generated model files that are missing (all, or the named "
+        "models'), so that a chapter can start without the chapters before it. export: "
+        "copy model folders (links resolved, missing files built) into a new repository.",
     )
-    parser.add_argument("command", choices=["export"])
-    parser.add_argument("destination", help="a new or empty folder")
-    parser.add_argument("models", nargs="+", help="the models to serve, with an ensemble's steps")
-    arguments = parser.parse_args()
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build missing model files")
+    build.add_argument("models", nargs="*", help="default: every model with generated files")
+    copy = commands.add_parser("export", help="copy model folders into a new repository")
+    copy.add_argument("destination", help="a new or empty folder")
+    copy.add_argument("models", nargs="+", help="the models to serve, with an ensemble's steps")
+    arguments = parser.parse_args(argv)
+    if arguments.command == "build":
+        unknown = sorted(set(arguments.models) - set(BUILDERS))
+        if unknown:
+            parser.error(f"no generated files for {', '.join(unknown)}; "
+                         f"models that have them: {', '.join(BUILDERS)}")
+        built = ensure_model_files(arguments.models or None, REPOSITORY)
+        for path in built:
+            print("built", path.relative_to(REPOSITORY))
+        print(f"{len(built)} file(s) built; every other generated file was already there")
+        return
     try:
         exported = export(arguments.models, arguments.destination)
     except (ValueError, FileExistsError) as error:
         parser.error(str(error))
     print(f"exported to {arguments.destination}:", " ".join(exported))
+
+
+if __name__ == "__main__":
+    _main()

@@ -18,9 +18,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import glob
 import importlib.util
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -50,6 +53,14 @@ AOTI_STANDIN = "torch_aoti_standin"
 # The embedded server reports this id as its name in the server metadata, so a client
 # can tell it (and its stand-ins) apart from the NGC container, which reports "triton".
 EMBEDDED_ID = "tritonbook-embedded"
+# Every python-based backend of an embedded server (python and the stand-ins) names its
+# /dev/shm regions "<prefix><uuid>", the prefix set by the backend option
+# shm-region-prefix-name. The book's prefix holds the pid of the process that started
+# the server and a random token: stop() removes exactly its own server's regions (those
+# of killed stubs and of a killed server too), and a new server removes those of a
+# process that is gone, never those of another live server on the same machine.
+SHM_PREFIX = "tritonbook-server-"
+_SHM_OWNER = re.compile(rf"^{re.escape(SHM_PREFIX)}(\d+)-[0-9a-f]+-")
 
 
 class TritonServerError(RuntimeError):
@@ -262,6 +273,8 @@ class EmbeddedTriton(Triton):
         except BaseException:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
+        remove_orphaned_shm_regions()
+        self.shm_prefix = f"{SHM_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-"
         ports = _free_ports(3) if None in (http_port, grpc_port, metrics_port) else []
         self.http_port = http_port or ports[0]
         self.grpc_port = grpc_port or ports[1]
@@ -288,6 +301,8 @@ class EmbeddedTriton(Triton):
             f"--metrics-port={self.metrics_port}",
             "--exit-timeout-secs=10",
             f"--log-verbose={log_verbose}",
+            *(f"--backend-config={backend},shm-region-prefix-name={self.shm_prefix}"
+              for backend in ("python", *STANDINS)),
             *(f"--load-model={m}" for m in load_models),
             *extra_args,
         ]
@@ -376,6 +391,9 @@ class EmbeddedTriton(Triton):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
             self._log_file.close()
+        # With every process of the server gone, nothing maps its regions any more.
+        if getattr(self, "shm_prefix", None):
+            remove_shm_regions(self.shm_prefix)
         atexit.unregister(self.stop)
         if self.workdir.exists():
             # The work folder goes; the log stays readable through log() afterwards.
@@ -540,6 +558,44 @@ def _check_stub_libraries(stub: Path, wheel: _Wheel) -> None:
             f"libpython{version}: use a Python built with --enable-shared (pyenv: "
             f"PYTHON_CONFIGURE_OPTS=--enable-shared), or install Debian's libpython{version}"
         )
+
+
+def shm_regions(prefix: str) -> list[Path]:
+    """The regions in /dev/shm whose names start with ``prefix``."""
+    return sorted(Path("/dev/shm").glob(f"{glob.escape(prefix)}*"))
+
+
+def remove_shm_regions(prefix: str) -> list[str]:
+    """Remove the /dev/shm regions named ``prefix...``; return their names."""
+    return _unlink(shm_regions(prefix))
+
+
+def remove_orphaned_shm_regions() -> list[str]:
+    """Remove the regions of embedded servers whose starting process is gone (a kernel
+    killed with its server, a crash before stop()); return their names. Regions of a
+    live process's server are left alone, whoever owns them."""
+    return _unlink(
+        region for region in shm_regions(SHM_PREFIX)
+        if (owner := _SHM_OWNER.match(region.name)) and not _alive(int(owner.group(1))))
+
+
+def _unlink(regions) -> list[str]:
+    removed = []
+    for region in regions:
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            region.unlink()
+            removed.append(region.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _free_ports(count: int) -> list[int]:
