@@ -7,6 +7,8 @@
 #               the notebooks that use a server, under nbval, against one started
 #               separately, the way they reach the NGC container (TRITON_URL); CI runs
 #               it after make test
+#   make check  is this machine ready? Python, libpython, glibc, g++, disk, memory,
+#               perf_analyzer, and one answer from the embedded server (a minute)
 #   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
 #   make student
 #               workshop/: the chapters without their solutions and outputs, for students
@@ -33,7 +35,7 @@ LOAD ?=
 #   make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: venv book execute html test test-remote serve student clean
+.PHONY: venv check book execute html test test-remote serve student clean
 
 venv: $(VENV)/.installed
 
@@ -50,6 +52,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	# (tritonbook/perf.py says why that one).
 	$(BIN)/python -c "from tritonbook import perf; perf.install()"
 	touch $@
+
+check: venv
+	$(BIN)/python -m booktools.preflight
 
 book: execute html
 

@@ -4,7 +4,7 @@ check. The rule is tested on simulated runs whose truth is known."""
 import numpy as np
 import pytest
 
-from tritonbook.measure import Ratio, interleaved
+from tritonbook.measure import Ratio, interleaved, round_robin
 
 
 def _verdicts(true_ratio, runs, spread, trials=2000, seed=0):
@@ -61,3 +61,13 @@ def test_a_drift_smaller_than_the_difference_keeps_the_verdict():
     # The baseline drifts 20 %, but A is twice B: no drift made that.
     ratio = Ratio("x", (20.0, 21.0, 22.0), (9.0, 10.0, 11.0))
     assert ratio.drift == pytest.approx(0.2) and ratio.verdict == "higher"
+
+
+def test_round_robin_shares_one_baseline_run_per_round():
+    calls = []
+    ratios = round_robin(
+        {"a": lambda: calls.append("a") or 2.0, "c": lambda: calls.append("c") or 3.0},
+        lambda: calls.append("base") or 1.0, rounds=2, label="{} / base")
+    assert calls == ["a", "c", "base", "a", "c", "base"]
+    assert [str(r).split(":")[0] for r in ratios.values()] == ["a / base", "c / base"]
+    assert ratios["c"].a == (3.0, 3.0) and ratios["c"].b == ratios["a"].b == (1.0, 1.0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ["Parity", "parity", "Timing", "time_call", "timing_table", "plot_timings",
-           "Ratio", "interleaved"]
+           "Ratio", "interleaved", "round_robin"]
 
 
 @dataclass(frozen=True)
@@ -253,8 +253,20 @@ def interleaved(run_a: Callable[[], float], run_b: Callable[[], float], runs: in
                 label: str = "A / B") -> Ratio:
     """Call ``run_a`` and ``run_b`` alternately, ``runs`` times each (A B A B ...),
     each call returning one independent measurement, and compare them (``Ratio``)."""
-    a, b = [], []
-    for _ in range(runs):
-        a.append(float(run_a()))
-        b.append(float(run_b()))
-    return Ratio(label, tuple(a), tuple(b))
+    return round_robin({label: run_a}, run_b, rounds=runs, label="{}")[label]
+
+
+def round_robin(runs: dict[str, Callable[[], float]], baseline: Callable[[], float],
+                rounds: int = 3, label: str = "{} / baseline") -> dict[str, Ratio]:
+    """Several measurements against one baseline: each round calls every function of
+    ``runs`` in turn, then ``baseline`` (A B C base, A B C base, ...). Each ``Ratio``
+    compares one of ``runs`` with the baseline's runs, which all of them share;
+    ``label`` is formatted with the name."""
+    taken: dict[str, list[float]] = {name: [] for name in runs}
+    base: list[float] = []
+    for _ in range(rounds):
+        for name, run in runs.items():
+            taken[name].append(float(run()))
+        base.append(float(baseline()))
+    return {name: Ratio(label.format(name), tuple(values), tuple(base))
+            for name, values in taken.items()}

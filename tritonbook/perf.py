@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Point", "PerfAnalyzerError", "binary", "install", "run", "table",
+__all__ = ["Point", "PerfAnalyzerError", "binary", "install", "missing_libraries", "run", "table",
            "plot_latency_throughput", "capacity"]
 
 # The wheel that carries perf_analyzer for the embedded server's release (r24.10).
@@ -90,6 +90,19 @@ def _environment() -> dict[str, str]:
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (lib, env.get("LD_LIBRARY_PATH", "")) if p)
     return env
+
+
+def missing_libraries() -> list[str]:
+    """The shared libraries perf_analyzer needs and the loader cannot find (``ldd``, with
+    the CUDA runtime wheel on the path): empty when it can run."""
+    import shutil
+
+    ldd = shutil.which("ldd")
+    if ldd is None or not binary().exists():
+        return []
+    found = subprocess.run([ldd, str(binary())], capture_output=True, text=True,
+                           env=_environment()).stdout
+    return [line.split()[0] for line in found.splitlines() if "not found" in line]
 
 
 @dataclass(frozen=True)

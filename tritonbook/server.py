@@ -58,7 +58,7 @@ EMBEDDED_ID = "tritonbook-embedded"
 # shm-region-prefix-name. The book's prefix holds the pid of the process that started
 # the server and a random token: stop() removes exactly its own server's regions (those
 # of killed stubs and of a killed server too), and a new server removes those of a
-# process that is gone, never those of another live server on the same machine.
+# process that is gone, never those of another live server whose process it can see.
 SHM_PREFIX = "tritonbook-server-"
 _SHM_OWNER = re.compile(rf"^{re.escape(SHM_PREFIX)}(\d+)-[0-9a-f]+-")
 
@@ -533,6 +533,13 @@ def _server_environment(wheel: _Wheel) -> dict[str, str]:
     for name in ("TRITON_URL", "TRITON_GRPC_URL"):
         env.pop(name, None)
     return env
+
+
+def stub_ldd() -> list[str] | None:
+    """``ldd``'s lines for the python backend stub this Python uses, with the server's
+    library path (a missing ``libpython3.X`` shows as "not found"); None without ldd."""
+    wheel = _wheel_paths()
+    return _ldd(wheel.stub, wheel)
 
 
 def _ldd(binary: str | os.PathLike, wheel: _Wheel) -> list[str] | None:
