@@ -67,7 +67,10 @@ html: venv
 test: venv
 	# The notebooks first, as a reader runs them on a fresh clone: they build the C++
 	# extension and the model files, which the unit tests then find in place.
-	$(BIN)/python -m pytest $(NOTEBOOKS) tests $(NBVAL)
+	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL)
+	# The unit tests that measure load alone, then the others two at a time.
+	$(BIN)/python -m pytest tests -m serial
+	$(BIN)/python -m pytest tests -m "not serial" -n 2 --dist loadfile
 	$(BIN)/jupyter-book build -W --keep-going .
 	$(BIN)/python -m booktools.browser _build/html --screenshots _build/screenshots \
 	    $(foreach page,$(SCREENSHOTS),--shoot $(page))

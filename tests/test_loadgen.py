@@ -7,6 +7,9 @@ from tritonclient.utils import InferenceServerException
 from conftest import PACE_MS
 from tritonbook import loadgen, repository
 
+# They measure load: a test beside them on the same two cores would move their numbers.
+pytestmark = pytest.mark.serial
+
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 
 

@@ -9,6 +9,9 @@ import pytest
 from conftest import PACE_MS
 from tritonbook import loadgen, perf, production
 
+# They measure load: a test beside them on the same two cores would move their numbers.
+pytestmark = pytest.mark.serial
+
 X = np.arange(4, dtype=np.float32).reshape(1, 4)
 CEILING = 1000 / PACE_MS  # executions per second one paced instance can finish
 

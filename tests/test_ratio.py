@@ -71,3 +71,28 @@ def test_round_robin_shares_one_baseline_run_per_round():
     assert calls == ["a", "c", "base", "a", "c", "base"]
     assert [str(r).split(":")[0] for r in ratios.values()] == ["a / base", "c / base"]
     assert ratios["c"].a == (3.0, 3.0) and ratios["c"].b == ratios["a"].b == (1.0, 1.0)
+
+
+def test_the_plot_against_a_baseline_draws_each_ratio_with_its_interval():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from tritonbook.measure import plot_against_baseline
+
+    ratios = {"fast": Ratio("fast / base", (90.0, 92.0, 91.0), (100.0, 101.0, 99.0)),
+              "slow": Ratio("slow / base", (50.0, 49.0, 51.0), (100.0, 101.0, 99.0))}
+    latency = pd.DataFrame({"no face": [10.0, 20.0], "one face": [400.0, 800.0]},
+                           index=list(ratios))
+    fig = plot_against_baseline(latency, ratios, "title", baseline="script")
+    left, right = fig.axes
+    # One bar per deployment and column, at the latencies given.
+    assert sorted(bar.get_height() for bar in left.patches) == [10.0, 20.0, 400.0, 800.0]
+    # The ratio markers sit at each Ratio's value; the baseline is a line at 1.
+    [markers] = [line for line in right.lines if line.get_marker() == "o"]
+    assert np.allclose(markers.get_ydata(), [r.ratio for r in ratios.values()])
+    assert [1.0, 1.0] in ([float(y) for y in line.get_ydata()] for line in right.lines)
+    assert "script" in right.get_ylabel()
+    plt.close(fig)

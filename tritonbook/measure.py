@@ -158,6 +158,45 @@ def plot_timings(groups: dict[str, Sequence[Timing]], title: str, ylabel: str = 
     return fig
 
 
+def plot_against_baseline(latency, ratios: dict[str, "Ratio"], title: str,
+                          baseline: str = "baseline"):
+    """Two panels: median latencies per deployment (bars, log scale; one bar per column
+    of ``latency``, whose index names the deployments), and each deployment's ratio to
+    the baseline with its 95 % interval (``ratios``, keyed like the index)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    labels = list(latency.index)
+    xs = np.arange(len(labels))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    width = 0.8 / len(latency.columns)
+    for i, column in enumerate(latency.columns):
+        offset = (i - (len(latency.columns) - 1) / 2) * width
+        left.bar(xs + offset, latency[column], width, label=column)
+    left.set_yscale("log")
+    left.set_ylim(top=10 * latency.to_numpy().max())  # room for the legend
+    left.set_ylabel("median latency, ms (log scale)")
+    left.set_title("median latency")
+    left.legend(loc="upper left", ncols=len(latency.columns))
+    centres = np.array([ratios[label].ratio for label in labels])
+    lows = np.array([ratios[label].interval[0] for label in labels])
+    highs = np.array([ratios[label].interval[1] for label in labels])
+    runs = {f"{len(r.a)} + {len(r.b)} runs" for r in ratios.values()}
+    right.errorbar(xs, centres, yerr=[centres - lows, highs - centres], fmt="o",
+                   capsize=4, label=f"95 % interval, {', '.join(sorted(runs))}")
+    right.axhline(1, color="black", linestyle="--", label=baseline)
+    right.set_ylabel(f"throughput / {baseline}'s")
+    right.set_title(f"throughput against the {baseline}")
+    right.set_ylim(0, 1.3)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xticks(xs, labels)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 # Student's t, two-sided 95 %: the quantile t(0.975, df) for df = 1..30 (standard
 # tables); above 30 the normal quantile, 1.96, is within 4 % of it.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

@@ -283,7 +283,8 @@ def ensure_model_files(
             if path.exists() and not rebuild:
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(path.name + ".partial")
+            # Per process: two test workers may build the same file at once.
+            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
             partial.unlink(missing_ok=True)
             builder(partial)
             partial.replace(path)  # never leave a half-written model file behind
