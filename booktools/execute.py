@@ -6,14 +6,23 @@
 outputs of a real run. Each notebook's wall time, the time the run started and whether it
 succeeded are stored in its metadata (``tritonbook.run_seconds``, ``tritonbook.executed``,
 ``tritonbook.succeeded``); the workshop guide builds its schedules from them and the
-book's execution table (``book/_ext/run_times.py``) shows them. Cells carry no
-execution timestamps, so a re-run changes only the outputs and these three fields.
+book's execution table (``book/_ext/run_times.py``) shows them. What the run cost the
+machine is stored beside them, for sizing a shared hub: ``tritonbook.cpu_seconds`` (the
+kernel and every process it waited for: the embedded server, its python stubs,
+perf_analyzer, compilers), ``tritonbook.peak_memory_gib`` (the largest proportional
+set size, PSS, of all the processes this runner started, sampled twice a second; a
+server reached through ``TRITON_URL`` is not among them) and ``tritonbook.slowest_cells``
+(the three longest code cells: index in the notebook's cells, seconds). Cells carry no
+execution timestamps, so a re-run changes only the outputs and these fields.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,18 +49,94 @@ def execute(path: Path, timeout: int = 1800) -> float:
         cell.metadata.pop("execution", None)
     # This interpreter's kernel, whatever kernelspecs the machine has installed.
     client.kernel_manager_class = _current_env_kernel_manager()
+    cell_seconds: dict[int, float] = {}
+    client.on_cell_execute = lambda cell, cell_index: cell_seconds.__setitem__(
+        cell_index, -time.perf_counter())
+    client.on_cell_executed = lambda cell, cell_index, execute_reply: cell_seconds.__setitem__(
+        cell_index, cell_seconds[cell_index] + time.perf_counter())
     executed = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    cpu_before = _children_cpu_seconds()
     started = time.perf_counter()
     succeeded = False
     try:
-        client.execute()
+        with ProcessTreeMemory() as memory:
+            client.execute()  # ends by shutting the kernel down and waiting for it
         succeeded = True
     finally:
         seconds = time.perf_counter() - started
-        notebook.metadata["tritonbook"] = {"run_seconds": round(seconds, 1), "executed": executed,
-                                           "succeeded": succeeded}
+        slowest = sorted(cell_seconds.items(), key=lambda item: -item[1])[:3]
+        notebook.metadata["tritonbook"] = {
+            "run_seconds": round(seconds, 1), "executed": executed, "succeeded": succeeded,
+            "cpu_seconds": round(_children_cpu_seconds() - cpu_before, 1),
+            "peak_memory_gib": round(memory.peak_bytes / 2**30, 2),
+            "slowest_cells": [{"cell": index, "seconds": round(s, 1)} for index, s in slowest]}
         nbformat.write(notebook, path)
     return seconds
+
+
+def _children_cpu_seconds() -> float:
+    """User and system CPU time of every child this process has waited for, and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                # The name in parentheses may hold spaces; the parent follows the state.
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone since the scan
+        children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def pss_bytes(pid: int) -> int:
+    """A process's proportional set size: its private memory plus its share of what it
+    shares (libraries, the server's /dev/shm regions); 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class ProcessTreeMemory:
+    """The peak summed PSS of this process's descendants, sampled every ``period`` s."""
+
+    def __init__(self, period: float = 0.5):
+        self.period = period
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            total = sum(pss_bytes(pid) for pid in descendants(os.getpid()))
+            self.peak_bytes = max(self.peak_bytes, total)
+            if self._stop.wait(self.period):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def _current_env_kernel_manager():

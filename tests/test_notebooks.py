@@ -63,3 +63,42 @@ def test_each_chapter_ends_with_its_corrections_of_the_sources(chapter):
     assert cells[-1]["cell_type"] == "markdown"
     assert last.startswith("```{admonition} Where the source is wrong"), last[:80]
     assert last.rstrip().endswith("```") and "- **" in last
+
+
+def test_the_run_stores_its_cpu_time_peak_memory_and_slowest_cells(tmp_path):
+    # What a hub is sized from: a child that holds 300 MiB and burns CPU must show in the
+    # peak memory and the CPU time, and the cell that sleeps longest comes first.
+    path = tmp_path / "cost.ipynb"
+    child = ("import subprocess, sys\n"
+             "code = 'import time\\nblock = bytearray(300 * 2**20)\\nend = time.time() + 1.5\\n"
+             "while time.time() < end: pass'\n"
+             "subprocess.run([sys.executable, '-c', code], check=True)")
+    _notebook(path, "import time\ntime.sleep(0.2)", child, "time.sleep(2.5)")
+    notebooks.execute(path)
+    run = nbformat.read(path, as_version=4).metadata["tritonbook"]
+    assert run["peak_memory_gib"] >= 300 / 1024
+    assert run["cpu_seconds"] >= 1.0  # the child's busy loop, once the kernel has waited for it
+    assert [entry["cell"] for entry in run["slowest_cells"]] == [2, 1, 0]
+    assert run["slowest_cells"][0]["seconds"] >= 2.5
+
+
+def test_the_tree_of_processes_is_found_from_proc():
+    import os
+    import subprocess
+    import sys
+
+    script = ("import subprocess, sys; "
+              "subprocess.run([sys.executable, '-c', 'import time; time.sleep(5)'])")
+    outer = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        for _ in range(50):
+            below = notebooks.descendants(os.getpid())
+            if len(below) >= 2:
+                break
+            import time
+            time.sleep(0.1)
+        assert outer.pid in below and len(below) >= 2  # the child and its grandchild
+        assert notebooks.pss_bytes(outer.pid) > 0 and notebooks.pss_bytes(2**22 + 7) == 0
+    finally:
+        outer.kill()
+        outer.wait()
