@@ -74,6 +74,16 @@ def execute(path: Path, timeout: int = 1800) -> float:
     return seconds
 
 
+def _cell_costs(path: Path) -> str:
+    """The stored cost of a run, as one line for whoever waits on it."""
+    import json
+
+    costs = json.loads(path.read_text())["metadata"]["tritonbook"]
+    slowest = ", ".join(f"cell {c['cell']} {c['seconds']} s" for c in costs["slowest_cells"])
+    return (f"CPU {costs['cpu_seconds']} s, peak {costs['peak_memory_gib']} GiB, "
+            f"slowest: {slowest}")
+
+
 def _children_cpu_seconds() -> float:
     """User and system CPU time of every child this process has waited for, and theirs."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -164,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(path)
         else:
             print(f"  done in {seconds:.1f} s", flush=True)
+            print("  " + _cell_costs(path), flush=True)
     if failed:
         print("failed notebooks: " + ", ".join(map(str, failed)), file=sys.stderr)
         return 1

@@ -23,7 +23,7 @@ def test_perf_analyzer_is_installed():
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
     points = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1, 4],
-                      protocol=protocol, window_ms=200, window_requests=20)
+                      protocol=protocol, window_requests=20)
     one, four = points
     assert one.stable and four.stable
     for point in points:
@@ -51,7 +51,7 @@ def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottlenec
     # see the same throughput.
     for concurrency in (1, 2, 4):
         tool, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                         concurrency=[concurrency], window_ms=200, window_requests=20)
+                         concurrency=[concurrency], window_requests=20)
         ours = loadgen.measure(paced_server, "paced", {"INPUT__0": X}, ["OUTPUT__0"],
                                concurrency=concurrency, window=0.2,
                                expected={"OUTPUT__0": X})
@@ -63,7 +63,7 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
     # Offered 60 % of what the instance can do: all of it is served, and requests
     # queue now and then, which closed-loop runs at concurrency 1 never show.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                      request_rate=[0.6 * CEILING], window_ms=500,
+                      request_rate=[0.6 * CEILING],
                       window_requests=100, stability=30, percentile=None)
     assert point.stable and point.mode == "request rate"
     assert point.infer_per_s == pytest.approx(0.6 * CEILING, rel=0.25)
@@ -74,7 +74,7 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
 def test_system_shared_memory_leaves_nothing_behind(paced_server):
     before = production.shm_segments("")
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[2],
-                      shared_memory="system", window_ms=100, window_requests=20)
+                      shared_memory="system", window_requests=20)
     assert point.stable and point.infer_per_s <= perf.capacity(point, 1) * 1.05
     assert paced_server.http().get_system_shared_memory_status() == []
     assert production.shm_segments("") == before
@@ -83,7 +83,7 @@ def test_system_shared_memory_leaves_nothing_behind(paced_server):
 def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
     # Windows of 3 answers cannot agree within 0 %: perf_analyzer gives up.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
-                      window_ms=10, window_requests=3, stability=0, max_trials=4)
+                      window_requests=3, stability=0, max_trials=4)
     assert not point.stable and np.isnan(point.infer_per_s) and point.requests == 0
 
 
@@ -129,7 +129,7 @@ def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_serv
     paced_server.load("paced", config)
     try:
         point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                          concurrency=[8], window_ms=200, window_requests=40)
+                          concurrency=[8], window_requests=40)
     finally:
         paced_server.unload("paced")
         paced_server.load("paced")

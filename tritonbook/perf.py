@@ -18,8 +18,10 @@ request (queue, compute input, infer and output, and the rest, "overhead").
     points = perf.run(triton, "srcnn", {"input": low, "factor": scale}, concurrency=[1, 2])
     perf.table(points)
 
-Each point is perf_analyzer's "count_windows" measurement: windows of at least
-``window_ms`` milliseconds and ``window_requests`` answers, until the last three agree
+Each point is perf_analyzer's "count_windows" measurement: each window starts at 1 s
+and grows until it holds ``window_requests`` answers (perf_analyzer's measurement docs;
+``--measurement-interval`` does not apply in this mode, so ``TRITONBOOK_WINDOW_S`` does
+not shorten these windows), until the last three agree
 within ``stability`` percent in throughput and in the stabilising latency (p95 by
 default, perf_analyzer's ``--percentile``). A level that never agrees within
 ``max_trials`` windows comes back with ``stable=False`` and no numbers.
@@ -225,8 +227,7 @@ def _write_inputs(folder: Path, inputs: dict[str, np.ndarray], batched: bool) ->
 
 def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         concurrency: Sequence[int] = (), request_rate: Sequence[float] = (),
-        protocol: str = "grpc", batch: int | None = None, window_ms: int | None = None,
-        window_requests: int = 50, stability: float = 10.0, max_trials: int = 10,
+        protocol: str = "grpc", batch: int | None = None, window_requests: int = 50, stability: float = 10.0, max_trials: int = 10,
         percentile: int | None = 95, shared_memory: str = "none",
         output_bytes: int | None = None, max_threads: int | None = None,
         timeout: float = 600.0) -> list[Point]:
@@ -236,8 +237,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     ``batch`` (the model batches: ``max_batch_size > 0``) the first dimension is the
     batch and perf_analyzer sends ``batch`` copies of the first row (``-b``).
     Give ``concurrency`` (closed loop) or ``request_rate`` (requests per second,
-    Poisson arrivals), not both. ``window_ms`` defaults to the book's one setting,
-    ``TRITONBOOK_WINDOW_S`` (``loadgen.window_seconds``). ``percentile`` is the
+    Poisson arrivals), not both. ``percentile`` is the
     latency that must be stable (None: the mean, steadier under Poisson arrivals,
     where the tail of a short window swings). ``shared_memory="system"``
     passes inputs and outputs through /dev/shm regions (``output_bytes`` per output
@@ -246,8 +246,6 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     a time, so a high rate on a slow model needs more; a point's ``delayed`` says
     when it could not keep up).
     """
-    from tritonbook.loadgen import window_seconds
-
     if bool(concurrency) == bool(request_rate):
         raise ValueError("give concurrency or request_rate, not both and not neither")
     if protocol not in ("grpc", "http"):
@@ -256,8 +254,6 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         raise ValueError(f"shared_memory must be 'none' or 'system', not {shared_memory!r}")
     if not binary().exists():
         raise PerfAnalyzerError(f"perf_analyzer is not at {binary()}: run `make venv`")
-    if window_ms is None:
-        window_ms = max(1, round(window_seconds() * 1e3))
     mode, levels = (("concurrency", list(concurrency)) if concurrency
                     else ("request rate", list(request_rate)))
     url = triton.grpc_url if protocol == "grpc" else triton.http_url
@@ -270,7 +266,6 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
                   "-b", str(batch or 1), "--input-data", str(data),
                   *_write_inputs(data, inputs, batched=batch is not None),
                   "--measurement-mode", "count_windows",
-                  "--measurement-interval", str(window_ms),
                   "--measurement-request-count", str(window_requests),
                   "-s", str(stability), "-r", str(max_trials),
                   "--shared-memory", shared_memory]
