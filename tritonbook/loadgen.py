@@ -22,8 +22,9 @@ a millisecond, this client, not the server, sets the pace.
     print(result)  # throughput and latency, with how they were measured
 
 The window length comes from the environment variable ``TRITONBOOK_WINDOW_S`` (seconds,
-default 1.0); ``tritonbook.perf`` uses it for perf_analyzer's windows too. CI sets it
-shorter: every cell still runs and checks what it checks, and its numbers are noisier.
+default 1.0). CI sets it shorter: every cell still runs and checks what it checks, and
+its numbers are noisier. perf_analyzer's count windows (``tritonbook.perf``) start at
+1 s whatever it says.
 """
 
 from __future__ import annotations
