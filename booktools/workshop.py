@@ -50,6 +50,12 @@ class Chapter:
     run_seconds: float     # wall time of the committed run
     words: int             # words of text in the markdown cells
     exercises: int
+    # What the committed run cost the machine (booktools.execute): CPU seconds of the
+    # kernel and everything it started, the peak memory of all of them together, and
+    # the slowest code cells as (section heading, seconds). None: not recorded.
+    cpu_seconds: float | None = None
+    peak_memory_gib: float | None = None
+    slowest_cells: tuple[tuple[str, float], ...] = ()
 
     def exercises_in_slot(self, asked: int | None) -> int:
         """How many exercises a slot covers: all of them for None, at most the chapter's."""
@@ -71,9 +77,23 @@ def read_chapter(path: Path) -> Chapter:
         raise ScheduleError(f"{path.name} has no stored run time: run `make book` first")
     markdown = [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
     heading = next(line for line in markdown[0].splitlines() if line.startswith("# "))
+    slowest = tuple((_section_of(notebook.cells, c["cell"]), float(c["seconds"]))
+                    for c in run.get("slowest_cells", ()))
     return Chapter(notebook=path.stem, title=heading[2:].strip(), run_seconds=float(run["run_seconds"]),
                    words=sum(len(re.findall(r"\w+", text)) for text in markdown),
-                   exercises=sum(text.startswith("### Exercise") for text in markdown))
+                   exercises=sum(text.startswith("### Exercise") for text in markdown),
+                   cpu_seconds=run.get("cpu_seconds"), peak_memory_gib=run.get("peak_memory_gib"),
+                   slowest_cells=slowest)
+
+
+def _section_of(cells, index: int) -> str:
+    """The heading above cell ``index``: how a reader finds a cell (nobody counts them)."""
+    for cell in reversed(cells[:index]):
+        if cell.cell_type == "markdown":
+            for line in reversed(cell.source.splitlines()):
+                if line.startswith("## ") or line.startswith("### "):
+                    return line.lstrip("#").strip()
+    return "the top of the chapter"
 
 
 def chapters(folder: Path = NOTEBOOKS) -> dict[str, Chapter]:
@@ -88,6 +108,50 @@ def run_table(book: dict[str, Chapter]):
     return pd.DataFrame([{"notebook": c.notebook, "run time (s)": c.run_seconds, "words of text": c.words,
                           "exercises": c.exercises, "slot, all exercises (min)": c.slot_minutes()}
                          for c in book.values()]).set_index("notebook")
+
+
+# Sizing a shared machine (a JupyterHub) for a class. An assumption, not a measurement:
+# what the operating system and the hub's own services keep for themselves.
+HUB_SYSTEM_GIB = 2
+
+
+def cost_table(book: dict[str, Chapter]):
+    """One row per chapter: what its committed run cost the machine (wall time, CPU
+    time, the cores it kept busy on average, peak memory) and its slowest cell."""
+    import pandas as pd
+
+    rows = []
+    for c in _with_costs(book).values():
+        section, seconds = c.slowest_cells[0] if c.slowest_cells else ("", math.nan)
+        rows.append({"notebook": c.notebook, "run time (s)": c.run_seconds,
+                     "CPU time (s)": c.cpu_seconds,
+                     "cores busy (CPU / run time)": round(c.cpu_seconds / c.run_seconds, 2),
+                     "peak memory (GiB)": c.peak_memory_gib,
+                     "slowest cell (s)": seconds, "slowest cell is under": section})
+    return pd.DataFrame(rows).set_index("notebook")
+
+
+def hub_size(book: dict[str, Chapter], students: int, notebooks=None) -> dict[str, float]:
+    """Cores and memory for ``students`` who run the same chapter at the same time, each
+    at the pace of the committed run: for the costliest of ``notebooks`` (default all),
+    cores = students x CPU time / run time, rounded up, and memory = students x peak +
+    HUB_SYSTEM_GIB. The cores are an average: the class's heaviest cells ask for more
+    at once, and fewer cores stretch the runs in proportion."""
+    if students < 1:
+        raise ValueError(f"students must be at least 1, not {students}")
+    chosen = _with_costs({n: book[n] for n in (notebooks or book)})
+    cores = max(c.cpu_seconds / c.run_seconds for c in chosen.values())
+    peak = max(c.peak_memory_gib for c in chosen.values())
+    return {"students": students, "cores": math.ceil(students * cores),
+            "memory (GiB)": math.ceil(students * peak + HUB_SYSTEM_GIB)}
+
+
+def _with_costs(book: dict[str, Chapter]) -> dict[str, Chapter]:
+    missing = [n for n, c in book.items() if c.cpu_seconds is None or c.peak_memory_gib is None]
+    if missing:
+        raise ScheduleError(f"no stored CPU time or peak memory for {', '.join(missing)}: "
+                            "run `make book` first")
+    return book
 
 
 def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", day_minutes: int = 210):

@@ -349,11 +349,13 @@ CASES = ONNX_CASES + PT_CASES + AOTI_CASES
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    """The server under test: TRITON_URL's, or an embedded one on an empty repository."""
+    """The server under test: TRITON_URL's, or an embedded one on an empty repository,
+    with config auto-complete on, as the container runs by default."""
     if CONFORMANCE_URL:
         yield server.remote_from_environment({"TRITON_URL": CONFORMANCE_URL})
         return
-    with server.EmbeddedTriton(tmp_path_factory.mktemp("conformance")) as embedded:
+    with server.EmbeddedTriton(tmp_path_factory.mktemp("conformance"),
+                               auto_complete=True) as embedded:
         yield embedded
 
 
@@ -375,3 +377,19 @@ def test_every_case_names_its_source_and_one_answer():
         assert case.source.strip()
         assert (case.load_error is None) != (case.inputs is None), case.name
         assert case.expected is not None or case.infer_error is not None or case.load_error, case.name
+
+
+def test_book_server_leaves_configs_as_written(tmp_path):
+    """The book's embedded server starts with auto-complete off: the config the
+    container would complete (ort_autocomplete) is refused, with the real backend's
+    message for a config that lists fewer inputs than the model has."""
+    if CONFORMANCE_URL:
+        pytest.skip("the server behind TRITON_URL was started with its own flags")
+    with server.EmbeddedTriton(tmp_path) as embedded:
+        assert "--disable-auto-complete-config" in embedded.command
+        case = next(case for case in ONNX_CASES if case.name == "ort_autocomplete")
+        with pytest.raises(server.TritonServerError) as refused:
+            embedded.load(case.name, config=dict(case.config, name=case.name),
+                          files={"file:1/model.onnx": ADD_SUB()})
+        assert "configuration expects 0 inputs, model provides 2" in refused.value.reason
+        assert embedded.is_live()

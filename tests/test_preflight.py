@@ -54,7 +54,8 @@ def test_a_stub_without_libpython_fails_with_its_fix():
     (preflight.check_python((3, 9)), "use Python 3.10, 3.11, 3.12"),
     (preflight.check_glibc("2.31"), "needs glibc 2.35+"),
     (preflight.check_disk(free_bytes=2**29), "free 1.5 GiB more"),
-    (preflight.check_memory(available_bytes=2**31), "close programs to free 4.0 GiB"),
+    (preflight.check_memory(available_bytes=2**31),
+     f"close programs to free {preflight.MEMORY_MARGIN * preflight.largest_peak()[1] - 2:.1f} GiB"),
     (preflight.check_perf_analyzer(missing=["libb64.so.0d"]), "apt-get install libb64-0d"),
     (preflight.check_perf_analyzer(missing=["libcudart.so.12"]), "nvidia-cuda-runtime-cu12"),
 ])
@@ -68,3 +69,12 @@ def test_supported_values_pass():
     assert preflight.check_python((3, 11)).ok and preflight.check_python((3, 12)).ok
     assert preflight.check_glibc("2.35").ok and preflight.check_glibc("2.39").ok
     assert preflight.check_perf_analyzer().ok
+
+
+def test_the_memory_needed_is_the_largest_stored_peak():
+    from booktools import workshop
+
+    chapter, peak = preflight.largest_peak()
+    assert peak == max(c.peak_memory_gib for c in workshop.chapters().values())
+    assert f"{chapter} took {peak:.1f} GiB" in preflight.check_memory(available_bytes=0).fix
+    assert preflight.check_memory(available_bytes=int(2**30 * preflight.MEMORY_MARGIN * peak) + 1).ok

@@ -1,5 +1,12 @@
 """Workshop schedules: built from the committed notebooks, and refused when they do not fit."""
 
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from booktools import workshop
@@ -66,3 +73,94 @@ def test_notebook_without_run_time_is_refused(tmp_path):
                    tmp_path / "09_draft.ipynb")
     with pytest.raises(workshop.ScheduleError, match="09_draft.ipynb has no stored run time"):
         workshop.chapters(tmp_path)
+
+
+def _chapter(name, run, cpu, peak):
+    return workshop.Chapter(notebook=name, title=name, run_seconds=run, words=100,
+                            exercises=2, cpu_seconds=cpu, peak_memory_gib=peak,
+                            slowest_cells=(("1. A section", run / 2),))
+
+
+def test_hub_size_is_the_stated_rule_applied():
+    book = {"a": _chapter("a", 100, 150, 2.0), "b": _chapter("b", 100, 50, 3.0)}
+    # The costliest chapter in cores (a: 1.5) and in memory (b: 3 GiB), for 10 students.
+    assert workshop.hub_size(book, 10) == {
+        "students": 10, "cores": 15, "memory (GiB)": 30 + workshop.HUB_SYSTEM_GIB}
+    assert workshop.hub_size(book, 10, ["b"])["cores"] == 5
+    with pytest.raises(ValueError, match="at least 1"):
+        workshop.hub_size(book, 0)
+    book["c"] = workshop.Chapter("c", "c", 10.0, 1, 0)  # no stored costs
+    with pytest.raises(workshop.ScheduleError, match="c: run `make book`"):
+        workshop.hub_size(book, 1)
+
+
+def test_every_chapter_stores_what_its_run_cost(book):
+    costs = workshop.cost_table(book)
+    assert list(costs.index) == list(book)
+    for name, row in costs.iterrows():
+        assert 0 < row["peak memory (GiB)"] < 24, name  # this machine's memory
+        # A run keeps at most this machine's 2 cores busy (and some margin).
+        assert 0 < row["cores busy (CPU / run time)"] <= 2.2, name
+        assert row["slowest cell (s)"] <= row["run time (s)"], name
+        assert row["slowest cell is under"], name
+
+
+def test_a_slow_cell_is_named_by_the_heading_above_it(tmp_path):
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Title\n\n## 1. First part\n\ntext"),
+        nbformat.v4.new_code_cell("1"),
+        nbformat.v4.new_markdown_cell("### Exercise 1.1\n\ntext"),
+        nbformat.v4.new_code_cell("2")])
+    notebook.metadata["tritonbook"] = {
+        "run_seconds": 10, "cpu_seconds": 12, "peak_memory_gib": 1.0,
+        "slowest_cells": [{"cell": 3, "seconds": 6.0}, {"cell": 1, "seconds": 3.0}]}
+    nbformat.write(notebook, tmp_path / "01_x.ipynb")
+    chapter = workshop.read_chapter(tmp_path / "01_x.ipynb")
+    assert chapter.slowest_cells == (("Exercise 1.1", 6.0), ("1. First part", 3.0))
+
+
+def _servers_running() -> dict[int, str]:
+    """The tritonserver processes on this machine: pid -> command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if command.split(" ", 1)[0].endswith("/tritonserver"):
+                found[int(entry.name)] = command
+    return found
+
+
+def test_two_students_on_one_host_do_not_collide():
+    """Two students run chapter 0 at the same time from one clone, as a class on one
+    hub does (the same models, the same files, the same moment): each run starts its
+    own embedded server (ports, /dev/shm prefix), both pass nbval, and neither leaves a
+    server or a shared-memory region behind."""
+    root = Path(__file__).resolve().parent.parent
+    nbval = subprocess.run(["make", "-s", "-C", str(root), "--eval", "show:;@echo $(NBVAL)", "show"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    before_servers = set(_servers_running())
+    before_regions = set(os.listdir("/dev/shm"))
+    students = [subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", notebook, *nbval],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for notebook in ["notebooks/00_environment.ipynb"] * 2]
+    seen: dict[int, str] = {}
+    while any(s.poll() is None for s in students):
+        new = {pid: c for pid, c in _servers_running().items() if pid not in before_servers}
+        if len(new) == 2:
+            seen.update(new)
+        time.sleep(0.2)
+    for student in students:
+        assert student.returncode == 0, student.stdout.read()[-3000:]
+    # Both servers ran at once, on different ports and shared-memory prefixes.
+    assert len(seen) >= 2, seen
+    ports = [re.search(r"--http-port=(\d+)", c).group(1) for c in seen.values()]
+    prefixes = [re.search(r"shm-region-prefix-name=(\S+)", c).group(1) for c in seen.values()]
+    assert len(set(ports)) == len(ports) and len(set(prefixes)) == len(prefixes)
+    assert set(_servers_running()) <= before_servers
+    assert set(os.listdir("/dev/shm")) <= before_regions

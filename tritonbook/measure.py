@@ -172,7 +172,9 @@ def plot_against_baseline(latency, ratios: dict[str, "Ratio"], title: str,
     width = 0.8 / len(latency.columns)
     for i, column in enumerate(latency.columns):
         offset = (i - (len(latency.columns) - 1) / 2) * width
-        left.bar(xs + offset, latency[column], width, label=column)
+        # The axis says "median latency, ms": the legend names only what differs.
+        name = str(column).removesuffix("median ms").strip(" ,") or str(column)
+        left.bar(xs + offset, latency[column], width, label=name)
     left.set_yscale("log")
     left.set_ylim(top=10 * latency.to_numpy().max())  # room for the legend
     left.set_ylabel("median latency, ms (log scale)")
@@ -185,7 +187,7 @@ def plot_against_baseline(latency, ratios: dict[str, "Ratio"], title: str,
     right.errorbar(xs, centres, yerr=[centres - lows, highs - centres], fmt="o",
                    capsize=4, label=f"95 % interval, {', '.join(sorted(runs))}")
     right.axhline(1, color="black", linestyle="--", label=baseline)
-    right.set_ylabel(f"throughput / {baseline}'s")
+    right.set_ylabel(f"throughput, relative to the {baseline}")
     right.set_title(f"throughput against the {baseline}")
     right.set_ylim(0, 1.3)
     right.legend(fontsize=8)

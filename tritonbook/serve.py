@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("TRITON_GRPC_PORT", 8001)))
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRITON_METRICS_PORT", 8002)))
     parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--auto-complete", action="store_true",
+                        help="let backends complete model configs (Triton's default and the "
+                             "container's; the book's server leaves it off)")
     parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="COMMAND",
                         help="run COMMAND against the server, then stop it (must come last)")
     args = parser.parse_args(argv)
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics_port=args.metrics_port or None,
             load_models=args.load_model,
             log_verbose=args.log_verbose,
+            auto_complete=args.auto_complete,
         )
     except TritonServerError as exc:
         print(exc, file=sys.stderr)

@@ -246,7 +246,12 @@ class RemoteTriton(Triton):
 
 
 class EmbeddedTriton(Triton):
-    """The wheel's ``tritonserver`` started by this process, on 127.0.0.1 only."""
+    """The wheel's ``tritonserver`` started by this process, on 127.0.0.1 only.
+
+    It starts with config auto-complete off (``--disable-auto-complete-config``; why: the
+    comment at the flag). ``auto_complete=True`` gives Triton's default, the container's:
+    a backend may then fill in what a config leaves out (onnxruntime's inputs, outputs
+    and batching, chapter 4)."""
 
     embedded = True
 
@@ -262,6 +267,7 @@ class EmbeddedTriton(Triton):
         startup_timeout: float = 120.0,
         extra_args: list[str] | tuple[str, ...] = (),
         log_verbose: int = 0,
+        auto_complete: bool = False,
     ):
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
@@ -301,6 +307,14 @@ class EmbeddedTriton(Triton):
             f"--metrics-port={self.metrics_port}",
             "--exit-timeout-secs=10",
             f"--log-verbose={log_verbose}",
+            # Every config in model_repository/ is complete, so nothing is left for
+            # a backend to fill in. With auto-complete on (Triton's default, and the
+            # container's), each python-backend load starts a stub only to ask the
+            # model for its config, then checks that stub's health, which waits a
+            # second (python_backend src/stub_launcher.cc, UpdateHealth): the
+            # stand-ins of libtorch and onnxruntime would pay it on every load, the
+            # container's native backends do not.
+            *(() if auto_complete else ("--disable-auto-complete-config",)),
             *(f"--backend-config={backend},shm-region-prefix-name={self.shm_prefix}"
               for backend in ("python", *STANDINS)),
             *(f"--load-model={m}" for m in load_models),
