@@ -121,17 +121,19 @@ def test_a_slow_cell_is_named_by_the_heading_above_it(tmp_path):
     assert chapter.slowest_cells == (("Exercise 1.1", 6.0), ("1. First part", 3.0))
 
 
-def _servers_running() -> dict[int, str]:
-    """The tritonserver processes on this machine: pid -> command line."""
+def _servers_below(pid: int) -> dict[int, str]:
+    """The tritonserver processes started below ``pid``: pid -> command line. Other tests
+    may run servers at the same time; only these are the students'."""
+    from booktools.execute import descendants
+
     found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if command.split(" ", 1)[0].endswith("/tritonserver"):
-                found[int(entry.name)] = command
+    for child in descendants(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue  # gone since the scan
+        if command.split(" ", 1)[0].endswith("/tritonserver"):
+            found[child] = command
     return found
 
 
@@ -143,24 +145,24 @@ def test_two_students_on_one_host_do_not_collide():
     root = Path(__file__).resolve().parent.parent
     nbval = subprocess.run(["make", "-s", "-C", str(root), "--eval", "show:;@echo $(NBVAL)", "show"],
                            capture_output=True, text=True, check=True).stdout.split()
-    before_servers = set(_servers_running())
-    before_regions = set(os.listdir("/dev/shm"))
     students = [subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", notebook, *nbval],
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for notebook in ["notebooks/00_environment.ipynb"] * 2]
     seen: dict[int, str] = {}
     while any(s.poll() is None for s in students):
-        new = {pid: c for pid, c in _servers_running().items() if pid not in before_servers}
-        if len(new) == 2:
-            seen.update(new)
+        running = [_servers_below(s.pid) for s in students]
+        if all(running):  # both students' servers at this moment
+            for servers in running:
+                seen.update(servers)
         time.sleep(0.2)
     for student in students:
         assert student.returncode == 0, student.stdout.read()[-3000:]
     # Both servers ran at once, on different ports and shared-memory prefixes.
-    assert len(seen) >= 2, seen
-    ports = [re.search(r"--http-port=(\d+)", c).group(1) for c in seen.values()]
-    prefixes = [re.search(r"shm-region-prefix-name=(\S+)", c).group(1) for c in seen.values()]
-    assert len(set(ports)) == len(ports) and len(set(prefixes)) == len(prefixes)
-    assert set(_servers_running()) <= before_servers
-    assert set(os.listdir("/dev/shm")) <= before_regions
+    assert len(seen) == 2, seen
+    ports = {re.search(r"--http-port=(\d+)", c).group(1) for c in seen.values()}
+    prefixes = {re.search(r"shm-region-prefix-name=(\S+)", c).group(1) for c in seen.values()}
+    assert len(ports) == 2 and len(prefixes) == 2
+    # Neither server outlived its student, nor did a region of theirs.
+    assert not [pid for pid in seen if Path(f"/proc/{pid}").exists()]
+    assert not [name for name in os.listdir("/dev/shm") for prefix in prefixes if name.startswith(prefix)]
