@@ -24,6 +24,20 @@ def pytest_configure(config):
         os.environ.pop(name, None)
 
 
+def wait_until_ready(triton, timeout: float = 10.0) -> None:
+    """Until the whole server reports ready. A module before this one on the shared
+    server may have just unloaded models: with strict readiness the server is not ready
+    until each has finalised, about a second for a python-backend model
+    (book/troubleshooting.md, "not ready for a moment after an unload")."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not triton.is_ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server was not ready within {timeout:g} s")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def book_server():
     """One embedded server on the book's model repository, its generated files built."""

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from conftest import wait_until_ready
 from tritonbook.client import infer
 
 # Each affine model: (input name, output name); all take FP32 [batch<=8, 4].
@@ -19,6 +20,7 @@ GOOD = np.arange(8, dtype=np.float32).reshape(2, 4)
 def triton(book_server):
     for model in MODELS:
         book_server.load(model)
+    wait_until_ready(book_server)
     yield book_server
     for model in MODELS:
         book_server.unload(model)

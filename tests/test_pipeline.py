@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from conftest import wait_until_ready
 from tritonbook import pipeline, repository
 from tritonbook.client import infer, server_answer
 from tritonbook.images import ASSETS, load_face
@@ -113,6 +114,7 @@ def triton(book_server):
     models = ["gfpgan", "face_passthrough", "face_detect", "face_paste", *DEPLOYMENTS]
     for model in models:
         book_server.load(model)
+    wait_until_ready(book_server)
     yield book_server
     for model in reversed(models):
         book_server.unload(model)
