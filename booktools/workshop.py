@@ -57,6 +57,11 @@ class Chapter:
     peak_memory_gib: float | None = None
     slowest_cells: tuple[tuple[str, float], ...] = ()
 
+    @property
+    def cores_busy(self) -> float:
+        """How many cores the committed run kept working on average: CPU / wall time."""
+        return self.cpu_seconds / self.run_seconds
+
     def exercises_in_slot(self, asked: int | None) -> int:
         """How many exercises a slot covers: all of them for None, at most the chapter's."""
         return self.exercises if asked is None else min(asked, self.exercises)
@@ -125,7 +130,7 @@ def cost_table(book: dict[str, Chapter]):
         section, seconds = c.slowest_cells[0] if c.slowest_cells else ("", math.nan)
         rows.append({"notebook": c.notebook, "run time (s)": c.run_seconds,
                      "CPU time (s)": c.cpu_seconds,
-                     "cores busy (CPU / run time)": round(c.cpu_seconds / c.run_seconds, 2),
+                     "cores busy (CPU / run time)": round(c.cores_busy, 2),
                      "peak memory (GiB)": c.peak_memory_gib,
                      "slowest cell (s)": seconds, "slowest cell is under": section})
     return pd.DataFrame(rows).set_index("notebook")
@@ -140,7 +145,7 @@ def hub_size(book: dict[str, Chapter], students: int, notebooks=None) -> dict[st
     if students < 1:
         raise ValueError(f"students must be at least 1, not {students}")
     chosen = _with_costs({n: book[n] for n in (notebooks or book)})
-    cores = max(c.cpu_seconds / c.run_seconds for c in chosen.values())
+    cores = max(c.cores_busy for c in chosen.values())
     peak = max(c.peak_memory_gib for c in chosen.values())
     return {"students": students, "cores": math.ceil(students * cores),
             "memory (GiB)": math.ceil(students * peak + HUB_SYSTEM_GIB)}
