@@ -198,7 +198,8 @@ HALF_DAY = [
     # need from the package, so the day starts at the model repository.
     ("chapter", "05_model_repository", 1),
     ("fixed", "Break", 15),
-    ("chapter", "06_pipelines", 1),
+    # Chapter 6's exercises go home: with chapter 5's one, the morning holds no more.
+    ("chapter", "06_pipelines", 0),
     # Each chapter's slot already holds its share of questions (QUESTIONS_SHARE).
     ("fixed", "Questions, what to read next", 5),
 ]
@@ -207,7 +208,9 @@ FULL_DAY = [
     ("fixed", "Welcome: what we build, how the book is tested", 10),
     ("chapter", "00_environment", None),
     ("chapter", "01_custom_ops", 1),
-    ("chapter", "02_simplify_forward", 1),
+    # Chapter 2's exercises (tracing puzzles, no server) go home: the day keeps the
+    # deployment tasks.
+    ("chapter", "02_simplify_forward", 0),
     ("fixed", "Break", 15),
     ("chapter", "03_trace_parity", 1),
     ("fixed", "Lunch", 60),

@@ -379,3 +379,19 @@ def test_parity_cases_cover_the_recorded_calls_and_the_extras(ext):
     for op, case, (compiled, plain), inputs, _ in cases:
         torch.testing.assert_close(compiled(*inputs), plain(*inputs), rtol=1e-5, atol=1e-5,
                                    msg=lambda m, case=case: f"{case}: {m}")
+
+
+def test_largest_differences_sees_a_forward_and_a_backward_difference():
+    x, bias = torch.randn(2, 4, 3, 3), torch.randn(4)
+    same = cpp_ops.largest_differences(fused_leaky_relu, fused_leaky_relu, [x, bias], [x, bias])
+    assert same == (0.0, 0.0)
+    # A different forward value, and a different gradient through a detached bias.
+    shifted = cpp_ops.largest_differences(fused_leaky_relu, lambda t, b: fused_leaky_relu(t, b) + 0.5,
+                                          [x, bias], [x])
+    assert shifted[0] == pytest.approx(0.5) and shifted[1] == 0.0
+    def no_bias_gradient(t, b):
+        return fused_leaky_relu(t, b.detach())
+    forward, backward = cpp_ops.largest_differences(fused_leaky_relu, no_bias_gradient, [x, bias], [x])
+    assert forward == 0.0 and backward == 0.0  # only x's gradient is compared
+    with pytest.raises(ValueError, match="input 1: .* the candidate op gives it none"):
+        cpp_ops.largest_differences(fused_leaky_relu, no_bias_gradient, [x, bias], [x, bias])

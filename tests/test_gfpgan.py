@@ -390,6 +390,34 @@ def test_torchscript_builder_writes_a_batch_agnostic_file(tmp_path, monkeypatch)
     assert repository.ensure_model_files(["gfpgan"], repository=tmp_path) == []  # present: not rebuilt
 
 
+def test_warning_counts_groups_a_trace_warnings_by_kind():
+    import warnings
+
+    from tritonbook.torchscript import warning_counts
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # a tensor read as a Python bool: a TracerWarning
+                return x + int(x.shape[0])
+            return x
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.trace(Branchy(), (torch.ones(2, 3),))
+        torch.jit.trace(Branchy(), (torch.ones(2, 3),))
+    lines = warning_counts(caught, width=40)
+    tracer = [line for line in lines if "TracerWarning" in line]
+    # The same two sites in both traces (each recorded again by check_trace).
+    kinds = {line.split(": ", 1)[1].strip() for line in tracer}
+    assert kinds == {"Converting a tensor to a Python boolean",
+                     "Converting a tensor to a Python integer"}
+    assert all(int(line.split(" x ")[0]) % 2 == 0 for line in tracer)
+    assert all(len(line.split(": ", 1)[1]) <= 40 for line in lines)
+    assert [line.split(" x ", 1)[1] for line in lines] == sorted(line.split(" x ", 1)[1] for line in lines)
+    assert sum(int(line.split(" x ")[0]) for line in lines) == len(caught)
+    assert warning_counts([]) == []
+
+
 def test_script_error_summary_names_the_reason_and_the_line():
     from tritonbook.torchscript import script_error_summary
 

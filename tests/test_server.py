@@ -96,6 +96,18 @@ def test_context_manager_stops_the_server(plus_one_repository):
     assert wait_gone(pgid) == []
 
 
+def test_stop_all_stops_every_server_and_leaves_nothing_behind(plus_one_repository):
+    first = server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"])
+    second = server.EmbeddedTriton(plus_one_repository, load_models=["plus_one"])
+    groups = [first.pid, second.pid]
+    workdirs = [first.workdir, second.workdir]
+    server.stop_all(first, second)
+    assert [wait_gone(pgid) for pgid in groups] == [[], []]
+    assert not any(w.exists() for w in workdirs)
+    assert not first.is_live() and not second.is_live()
+    server.stop_all(first, second)  # stopped servers: harmless again
+
+
 def test_broken_repository_gives_a_clear_error_with_the_log(tmp_path):
     write_model(tmp_path, "broken", 'backend: "python"\nmax_batch_size: "eight"\n')
     with pytest.raises(server.TritonServerError) as caught:
@@ -104,6 +116,22 @@ def test_broken_repository_gives_a_clear_error_with_the_log(tmp_path):
     assert "exited with code" in message
     assert "--- server log (last lines) ---" in message
     assert "broken" in message  # the log names the model that failed
+
+
+def test_a_server_that_keeps_a_failed_model_is_live_not_ready(plus_one_repository):
+    write_model(plus_one_repository, "needs_a_package", PYTHON_CONFIG,
+                {"1/model.py": "import package_not_installed_here\n"})
+    flags = ["--exit-on-error=false"]
+    with server.EmbeddedTriton(plus_one_repository, model_control="none", extra_args=flags,
+                               wait_for="live", startup_timeout=60) as kept:
+        assert kept.is_live() and not kept.is_ready()
+        assert kept.model_ready("plus_one") and not kept.model_ready("needs_a_package")
+    # Waiting for "ready" on the same server can only time out: a clear error.
+    with pytest.raises(server.TritonServerError, match="was not ready after 5 s"):
+        server.EmbeddedTriton(plus_one_repository, model_control="none", extra_args=flags,
+                              startup_timeout=5)
+    with pytest.raises(ValueError, match="wait_for"):
+        server.EmbeddedTriton(plus_one_repository, wait_for="loaded")
 
 
 def test_missing_repository_is_refused(tmp_path):

@@ -221,6 +221,19 @@ def test_item_export_bakes_the_factor_in(weights, small_image, tmp_path):
                       for node in model.graph.node if node.op_type == "Constant"})
     assert resize.input[2] in constants
     np.testing.assert_array_equal(constants[resize.input[2]], [1, 1, 3, 3])
+    # What the chapter prints: the same, read by the package.
+    assert srcnn.resize_inputs(model)["scales"] == (resize.input[2], "constant [1.0, 1.0, 3.0, 3.0]")
+
+
+def test_resize_inputs_names_a_graph_input_and_refuses_other_graphs(legacy_function_onnx):
+    model = onnx.load(str(legacy_function_onnx))
+    sources = srcnn.resize_inputs(model)
+    assert list(sources) == ["X", "roi", "scales"] or list(sources) == list(srcnn.RESIZE_SLOTS)
+    assert sources["scales"] == ("factor", "graph input")
+    assert "Resize.scales <- factor" in srcnn.describe_resize(model)
+    empty = onnx.helper.make_model(onnx.helper.make_graph([], "empty", [], []))
+    with pytest.raises(ValueError, match="found 0"):
+        srcnn.resize_inputs(empty)
 
 
 def test_dynamo_ignores_the_symbolic(weights, small_image):

@@ -366,3 +366,27 @@ def parity_cases(calls: dict, device: str = "cpu", dtype: torch.dtype = torch.fl
         ops = (lambda t, kk=kernel, u=up, d=down, p=pad: upfirdn2d_ext(t, kk, u, d, p),
                lambda t, kk=kernel, u=up, d=down, p=pad: upfirdn2d(t, kk, u, d, p))
         yield ("upfirdn2d", f"{tuple(x.shape)} k{k} up{up} down{down} pad{pad}", ops, [x], [x])
+
+
+def largest_differences(reference_op, candidate_op, inputs: list[torch.Tensor],
+                        grad_inputs: list[torch.Tensor]) -> tuple[float, float]:
+    """The largest absolute difference between two implementations of one op, forward
+    and backward: each runs on its own copy of ``inputs``, and both get the same random
+    upstream gradient. ``grad_inputs`` are the inputs (from ``inputs``, by identity)
+    whose gradients are compared. Returns ``(forward, backward)``."""
+    wants = [any(t is g for g in grad_inputs) for t in inputs]
+    a = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wants)]
+    b = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wants)]
+    out_a, out_b = reference_op(*a), candidate_op(*b)
+    upstream = torch.randn_like(out_a)
+    (out_a * upstream).sum().backward()
+    (out_b * upstream).sum().backward()
+    grads = []
+    for index, (x, y) in enumerate(zip(a, b)):
+        if not wants[index]:
+            continue
+        if x.grad is None or y.grad is None:
+            side = "reference" if x.grad is None else "candidate"
+            raise ValueError(f"input {index}: its gradient is compared, but the {side} op gives it none")
+        grads.append((x.grad - y.grad).abs().max().item())
+    return (out_a - out_b).abs().max().item(), max(grads, default=0.0)

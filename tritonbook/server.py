@@ -251,7 +251,9 @@ class EmbeddedTriton(Triton):
     It starts with config auto-complete off (``--disable-auto-complete-config``; why: the
     comment at the flag). ``auto_complete=True`` gives Triton's default, the container's:
     a backend may then fill in what a config leaves out (onnxruntime's inputs, outputs
-    and batching, chapter 4)."""
+    and batching, chapter 4). The constructor returns when the server is ready, or with
+    ``wait_for="live"`` when it answers at all (chapter 5: a server that keeps running
+    with a model that failed to load is live and not ready)."""
 
     embedded = True
 
@@ -268,7 +270,10 @@ class EmbeddedTriton(Triton):
         extra_args: list[str] | tuple[str, ...] = (),
         log_verbose: int = 0,
         auto_complete: bool = False,
+        wait_for: str = "ready",
     ):
+        if wait_for not in ("ready", "live"):
+            raise ValueError(f"wait_for must be 'ready' or 'live', not {wait_for!r}")
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
             raise TritonServerError(f"model repository {self.model_repository} is not a folder")
@@ -335,7 +340,7 @@ class EmbeddedTriton(Triton):
         )
         atexit.register(self.stop)
         try:
-            self._wait_ready(startup_timeout)
+            self._wait_ready(startup_timeout, wait_for)
         except BaseException:
             self.stop()
             raise
@@ -365,17 +370,21 @@ class EmbeddedTriton(Triton):
     def _explain(self, message: str) -> str:
         return f"{message}\n--- server log (last lines) ---\n{self.log_tail()}"
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, timeout: float, wait_for: str = "ready") -> None:
+        # "live": the endpoints answer. Triton opens them only after the start-up loads
+        # are done, so a server that keeps a failed model (--exit-on-error=false) is
+        # live but, under --strict-readiness (the default), never ready.
+        answers = self.is_ready if wait_for == "ready" else self.is_live
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise TritonServerError(
                     self._explain(f"tritonserver exited with code {self.process.returncode} while starting")
                 )
-            if self.is_ready():
+            if answers():
                 return
             time.sleep(0.2)
-        raise TritonServerError(self._explain(f"tritonserver was not ready after {timeout:.0f} s"))
+        raise TritonServerError(self._explain(f"tritonserver was not {wait_for} after {timeout:.0f} s"))
 
     def is_embedded(self) -> bool:
         return True
@@ -428,6 +437,27 @@ def start(model_repository: str | os.PathLike = DEFAULT_REPOSITORY, **kwargs) ->
     if remote is not None:
         return remote
     return EmbeddedTriton(model_repository, **kwargs)
+
+
+def stop_all(*servers: Triton) -> None:
+    """Stop several servers side by side. Each one waits for its models to unload, and
+    Triton checks on them once a second, so one after the other costs the sum of those
+    waits and side by side the longest of them. A failure to stop is raised."""
+    failures: list[BaseException] = []
+
+    def stop(one: Triton) -> None:
+        try:
+            one.stop()
+        except BaseException as exc:  # raised below, in the caller's thread
+            failures.append(exc)
+
+    stoppers = [threading.Thread(target=stop, args=(s,)) for s in servers]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join()
+    if failures:
+        raise failures[0]
 
 
 def remote_from_environment(environ: dict | None = None) -> RemoteTriton | None:

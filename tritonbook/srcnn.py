@@ -366,6 +366,44 @@ def onnx_session(path: str | os.PathLike):
     return ort.InferenceSession(os.fspath(path), providers=onnx_providers())
 
 
+RESIZE_SLOTS = ("X", "roi", "scales", "sizes")
+
+
+def resize_inputs(model) -> dict[str, tuple[str, str]]:
+    """Where each input of the graph's one ``Resize`` node comes from, as Netron shows it
+    when the node is clicked: ``{slot: (tensor name, source)}`` for the slots X, roi,
+    scales and sizes, the source being ``"constant [..]"`` (an initializer or a Constant
+    node, with its value), ``"graph input"``, ``"computed in the graph"`` or
+    ``"(absent)"``. ValueError unless the graph has exactly one ``Resize``."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    resizes = [node for node in graph.node if node.op_type == "Resize"]
+    if len(resizes) != 1:
+        raise ValueError(f"expected one Resize node, found {len(resizes)}")
+    graph_inputs = {i.name for i in graph.input}
+    sources = {}
+    for slot, name in zip(RESIZE_SLOTS, resizes[0].input):
+        if name in constants:
+            source = f"constant {constants[name].tolist()}"
+        elif name in graph_inputs:
+            source = "graph input"
+        else:
+            source = "computed in the graph" if name else "(absent)"
+        sources[slot] = (name, source)
+    return sources
+
+
+def describe_resize(model) -> str:
+    """``resize_inputs`` as lines of text, one per slot."""
+    return "\n".join(f"  Resize.{slot:<6} <- {name or '-':<12} {source}"
+                     for slot, (name, source) in resize_inputs(model).items())
+
+
 def psnr_table(runs: Mapping[float, tuple[torch.Tensor, torch.Tensor, torch.Tensor, object]]):
     """One row per factor from ``{factor: (low, high, served, parity report)}``: the
     sizes, the largest difference from PyTorch, and the PSNR against the original

@@ -1,4 +1,5 @@
-"""Reading TorchScript's compiler errors (chapter 3).
+"""Reading what TorchScript says: the tracer's warnings (chapter 2) and the compiler's
+errors (chapter 3).
 
 ``torch.jit.script`` compiles Python source and stops at the first construct outside
 TorchScript's subset. Its error holds the reason (after an operator's schema, when a
@@ -9,8 +10,23 @@ expression, then the call stack; the reader wants the reason and the line.
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 
 MARKER = "<--- HERE"
+
+
+def warning_counts(caught, width: int = 110) -> list[str]:
+    """One line per kind of warning in ``caught`` (the list that
+    ``warnings.catch_warnings(record=True)`` fills), sorted by category, then message:
+    ``"<n> x <Category>: <first line of the message>"``, the message cut at ``width``.
+    The tracer repeats one warning per call site, so a trace of a large network gives
+    hundreds of records and a handful of kinds."""
+    counts = Counter(
+        (w.category.__name__, (str(w.message).strip().splitlines() or [""])[0][:width])
+        for w in caught
+    )
+    return [f"{n:>3} x {category}: {text}"
+            for (category, text), n in sorted(counts.items())]
 
 
 def script_error_summary(error: BaseException, width: int | None = None) -> str:
