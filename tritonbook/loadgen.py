@@ -217,7 +217,11 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
     errors: list[BaseException] = []
     lock = threading.Lock()
     remaining = [total]
-    ready = threading.Barrier(concurrency + 1)
+    # The clock starts in the barrier's action, which runs before any thread is let go:
+    # a worker's first send can never come before it (the main thread, taking the time
+    # after its own wait() returned, could be descheduled while workers already send).
+    clock: dict[str, float] = {}
+    ready = threading.Barrier(concurrency + 1, action=lambda: clock.setdefault("started", time.perf_counter()))
     stop = threading.Event()
 
     check = _answer_check(model, expected, rtol, atol)
@@ -248,7 +252,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
         for t in threads:
             t.start()
         ready.wait()
-        started = time.perf_counter()
+        started = clock["started"]
         for t in threads:
             t.join()
         wall = time.perf_counter() - started

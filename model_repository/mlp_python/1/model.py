@@ -36,12 +36,11 @@ class TritonPythonModel:
         self.network = small_mlp()
 
     def execute(self, requests):
-        inputs = [
-            torch.from_numpy(
-                pb_utils.get_input_tensor_by_name(r, "FEATURES").as_numpy()
-            )
+        arrays = [
+            pb_utils.get_input_tensor_by_name(r, "FEATURES").as_numpy()
             for r in requests
         ]
+        inputs = [torch.from_numpy(a) for a in arrays]
         with torch.inference_mode():
             if self.concatenate:
                 # One run on the rows of every request, then each request
