@@ -159,7 +159,7 @@ def _with_costs(book: dict[str, Chapter]) -> dict[str, Chapter]:
     return book
 
 
-def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", day_minutes: int = 210):
+def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", day_minutes: int = 240):
     """A timetable for ``plan`` as a DataFrame indexed by start time (minutes, what).
 
     ``plan`` holds ``("chapter", notebook, exercises)`` and ``("fixed", label, minutes)``
@@ -213,7 +213,8 @@ FULL_DAY = [
     ("chapter", "02_simplify_forward", 0),
     ("fixed", "Break", 15),
     ("chapter", "03_trace_parity", 1),
-    ("fixed", "Lunch", 60),
+    # 45 minutes: chapter 5 grew to two hours; the day keeps every deployment exercise.
+    ("fixed", "Lunch", 45),
     # Chapter 4 (SRCNN's ONNX export) is read at home: the afternoon serves.
     ("chapter", "05_model_repository", 1),
     ("fixed", "Break", 15),

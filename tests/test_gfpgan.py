@@ -464,3 +464,19 @@ def test_script_failure_gives_the_reason_after_a_schema_line_and_refuses_a_modul
 class _UntypedFlag(torch.nn.Module):
     def forward(self, x, is_train=True):
         return x * 2 if is_train else x
+
+
+def test_export_error_causes_reads_the_exporters_summary():
+    from tritonbook.torchscript import export_error_causes
+
+    summary = RuntimeError(
+        "Failed to convert the exported program to an ONNX model.\n"
+        "<class 'ValueError'>: Unsupported attribute type: "
+        "'<class 'torch.onnx._internal.exporter._tensors.SymbolicTensor'>'\n"
+        "<class 'ConversionError'>: Error constructing node for operator '::Conv'. "
+        "named_inputs={'X': x}\n"
+        "(a line that is not a cause)\n")
+    assert export_error_causes(summary) == [
+        "Unsupported attribute type: '<class 'SymbolicTensor'>'",
+        "Error constructing node for operator '::Conv'"]
+    assert export_error_causes(RuntimeError("no causes listed")) == []

@@ -107,6 +107,34 @@ def test_capacity_counts_batches():
     assert perf.capacity(windows, instances=1) == pytest.approx(400)
 
 
+def test_series_table_joins_the_series_with_their_utilisation():
+    def level(model, infer_per_s):  # one request per 10 ms execution: 100/s each
+        return perf.Point(model, "concurrency", 1, True, infer_per_s=infer_per_s,
+                          executions=10, inferences=10, server_requests=10, compute_input=0.0,
+                          compute_infer=10.0, compute_output=0.0, queue=1.0, overhead=0.5)
+    series = {"one": [level("a", 50.0)], "two": [level("b", 150.0), level("b", 100.0)]}
+    joined = perf.series_table(series, {"a": 1, "b": 2}, names="model")
+    assert list(joined.index.get_level_values("model")) == ["one", "two", "two"]
+    assert list(joined["utilisation"]) == pytest.approx([0.5, 0.75, 0.5])
+    assert list(perf.series_table(series, 1)["utilisation"]) == pytest.approx([0.5, 1.5, 1.0])
+    assert level("a", 1.0).server_ms() == pytest.approx(11.5)
+
+
+def test_knee_reads_the_first_rate_where_the_tail_doubles_or_the_queue_grows():
+    def level(rate, p95, stable=True):
+        return perf.Point("m", "request rate", rate, stable, p95=p95)
+    assert perf.knee([level(100, 2.0), level(200, 3.0), level(300, 5.0)]) == (
+        "p95 over twice the lowest rate's at 300/s")
+    assert perf.knee([level(100, 2.0), level(200, 3.0)]) == "no knee up to 200 requests/s"
+    assert perf.knee([level(100, 2.0), level(200, 3.0, False), level(300, 9.0, False)]) == (
+        "latency never settled from 200/s on")
+    assert perf.knee([level(100, 2.0), level(200, 3.0, False), level(300, 3.0)]).startswith(
+        "no knee drawn: 200/s never settled")
+    assert perf.knee([level(100, 2.0, False)]).startswith("no knee drawn: the lowest")
+    with pytest.raises(ValueError):
+        perf.knee([])
+
+
 def test_capacity_of_an_unbatched_level_uses_its_reported_windows():
     # One request per execution in the windows: their own compute (2 + 16 + 2 ms),
     # not the whole run's 25 ms, which a slow start can inflate.

@@ -102,6 +102,16 @@ def test_restore_in_process_calls_the_network_in_chunks(detector, pictures):
     assert json.loads(text)["faces"] == 0
 
 
+def test_grey_levels_apart():
+    a = np.zeros((2, 3, 3), np.uint8)
+    b = a.copy()
+    assert pipeline.grey_levels_apart(a, b) == 0
+    b[1, 2, 0] = 255  # uint8 arithmetic would wrap: 0 - 255 = 1
+    assert pipeline.grey_levels_apart(a, b) == 255
+    with pytest.raises(ValueError, match="shapes"):
+        pipeline.grey_levels_apart(a, b[:1])
+
+
 def test_network_input_has_a_face_even_without_faces():
     assert pipeline.network_input(np.zeros((0, 3, 8, 8), np.float32), 8).shape == (1, 3, 8, 8)
     faces = np.ones((2, 3, 8, 8), np.float32)

@@ -2,6 +2,7 @@
 a killed python stub, sockets, shared memory."""
 
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,39 @@ def test_health_codes_as_a_load_balancer_sees_them(triton):
     assert production.health_codes(triton.http_url, "no_such_model")["no_such_model ready"] == 400
     (port,) = server._free_ports(1)
     assert production.health_codes(f"127.0.0.1:{port}") == {"live": 0, "ready": 0}
+
+
+def test_index_status_reports_what_a_restricted_api_answers(triton):
+    assert production.index_status(triton.http_url) == (200, "")
+    guard = "--http-restricted-api=model-repository:admin-key=secret"
+    with server.EmbeddedTriton(repository.REPOSITORY, load_models=[],
+                               extra_args=[guard]) as guarded:
+        status, error = production.index_status(guarded.http_url)
+        assert status == 403 and "admin-key" in error
+        assert production.index_status(guarded.http_url, {"admin-key": "secret"}) == (200, "")
+
+
+def test_health_watcher_counts_the_polls_each_endpoint_passed(triton):
+    with production.HealthWatcher(triton.http_url, "affine_python", period=0.01) as ready:
+        time.sleep(0.2)
+    with production.HealthWatcher(triton.http_url, "no_such_model", period=0.01) as missing:
+        time.sleep(0.2)
+    counts = ready.ready_before(time.perf_counter())
+    assert counts["polls"] >= 3 and counts["affine_python ready"] == counts["ready"] == counts["polls"]
+    assert ready.ready_before(ready.polls[0][0]) == {"polls": 0, "affine_python ready": 0, "ready": 0}
+    counts = missing.ready_before(time.perf_counter())
+    assert counts["polls"] >= 3 and counts["no_such_model ready"] == 0
+
+
+def test_metrics_recorder_plots_one_panel_per_model(triton):
+    with production.MetricsRecorder(triton.metrics_url, period=0.1) as recorder:
+        for _ in range(5):
+            ask(triton)
+            time.sleep(0.1)
+    fig = recorder.plot(["affine_python"], "test")
+    [ax] = fig.axes
+    assert ax.get_title() == "affine_python" and len(ax.lines) == 2
+    assert sum(len(line.get_xdata()) for line in ax.lines) > 0
 
 
 def test_a_killed_stub_leaves_the_model_ready_and_failing_until_unload_and_load(triton):

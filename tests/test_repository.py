@@ -69,6 +69,18 @@ def test_read_config_keeps_strings_and_makes_numbers(tmp_path):
     assert config["parameters"]["THREADS"] == {"string_value": "1"}  # a string stays a string
 
 
+def test_config_diff_shows_only_the_lines_that_differ(tmp_path):
+    for name, batch in (("a", 0), ("b", 8)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.pbtxt").write_text(
+            f'# model {name}\nbackend: "python"\n\nmax_batch_size: {batch}\n')
+    diff = repository.config_diff("a", "b", tmp_path).splitlines()
+    assert diff[:2] == ["--- a", "+++ b"]
+    assert [line for line in diff if line[0] in "+-" and line[1] not in "+-"] == [
+        "-max_batch_size: 0", "+max_batch_size: 8"]  # the comments differ too: not shown
+    assert repository.config_diff("a", "a", tmp_path) == ""
+
+
 def test_tree_shows_links_and_versions():
     text = repository.tree(models=["gfpgan_static", "srcnn_versions"])
     assert text.splitlines()[0] == "model_repository/"

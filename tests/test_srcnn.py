@@ -11,6 +11,7 @@ import torch
 from onnx import numpy_helper
 
 from tritonbook import srcnn, train_srcnn
+from tritonbook.measure import parity
 from tritonbook.srcnn import (SRCNN, SRCNNCheckpointError, SRCNNCustomOp, SRCNNFunction, SRCNNItem, SRCNNStatic,
                               load_srcnn_checkpoint, save_srcnn_checkpoint, scales_tensor)
 
@@ -300,6 +301,15 @@ def test_psnr():
     b[0, 0, 0] = 255   # MSE = 255^2 / 48
     assert srcnn.psnr(a, b) == pytest.approx(10 * np.log10(48))
     assert srcnn.psnr(torch.zeros(1, 3, 4, 4), torch.full((1, 3, 4, 4), 255.0)) == pytest.approx(0.0)
+
+
+def test_psnr_table_names_the_compared_column():
+    high = torch.rand(1, 3, 8, 8) * 255
+    low = high[..., ::2, ::2]
+    report = parity(high, high + 0.5)
+    table = srcnn.psnr_table({2: (low, high, high, report)}, compared="max |served - local|")
+    assert table.loc[2, "max |served - local|"] == pytest.approx(0.5)
+    assert table.loc[2, "output"] == "8x8" and table.loc[2, "PSNR SRCNN (dB)"] == float("inf")
 
 
 def test_image_round_trip():

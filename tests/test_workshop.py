@@ -37,9 +37,9 @@ def test_slot_is_the_stated_teaching_rate_applied(book):
 
 
 def test_committed_plans_fit_their_days(book):
-    half = workshop.schedule(workshop.HALF_DAY, book, day_minutes=210)
+    half = workshop.schedule(workshop.HALF_DAY, book, day_minutes=240)
     full = workshop.schedule(workshop.FULL_DAY, book, day_minutes=480)
-    assert half["minutes"].sum() <= 210 and full["minutes"].sum() <= 480
+    assert half["minutes"].sum() <= 240 and full["minutes"].sum() <= 480
     assert half.index[0] == "09:00" and half.iloc[-1]["what"] == "End"
     # The full day leaves chapter 4 (read at home) and chapter 7 (a second morning) out,
     # as the workshop guide says.

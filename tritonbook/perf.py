@@ -152,6 +152,12 @@ class Point:
             return self.compute_input + self.compute_infer + self.compute_output
         return self.exec_ms
 
+    def server_ms(self) -> float:
+        """The server's mean time per request over the reported windows: queue, compute
+        and its own overhead. What the client measures beyond it is client and socket."""
+        return (self.queue + self.compute_input + self.compute_infer + self.compute_output
+                + self.overhead)
+
     def tail(self, q: int) -> float:
         """The ``q`` percentile, or NaN when fewer than five answers lie beyond it:
         a p95 needs 100 answers and a p99 500."""
@@ -346,6 +352,42 @@ def table(points: Sequence[Point]):
     import pandas as pd
 
     return pd.DataFrame([p.row() for p in points])
+
+
+def series_table(series: dict[str, Sequence[Point]], instances: int | dict[str, int],
+                 names: str = "config"):
+    """One table for several series (``{label: points}``), the label as the outer
+    index, with a ``utilisation`` column: each level's throughput over what its model's
+    serial instances can deliver (``capacity``). ``instances`` is one count for every
+    model, or a count per model name."""
+    import pandas as pd
+
+    joined = pd.concat({label: table(points) for label, points in series.items()},
+                       names=[names])
+    count = (lambda model: instances) if isinstance(instances, int) else instances.__getitem__
+    joined["utilisation"] = [p.infer_per_s / capacity(p, count(p.model))
+                             for points in series.values() for p in points]
+    return joined
+
+
+def knee(points: Sequence[Point]) -> str:
+    """Where latency turns up along a request-rate sweep, in words: the first offered
+    rate whose p95 is over twice the lowest rate's, or from which the levels never
+    settled again (a queue that grows). A level that did not settle below one that did
+    is noise, not a knee: then no knee is drawn."""
+    if not points:
+        raise ValueError("no levels to read a knee from")
+    if not points[0].stable:
+        return "no knee drawn: the lowest rate never settled"
+    base = points[0].p95
+    for index, point in enumerate(points):
+        if not point.stable:
+            if any(p.stable for p in points[index:]):
+                return f"no knee drawn: {point.load:g}/s never settled, a higher rate did"
+            return f"latency never settled from {point.load:g}/s on"
+        if point.p95 > 2 * base:
+            return f"p95 over twice the lowest rate's at {point.load:g}/s"
+    return f"no knee up to {points[-1].load:g} requests/s"
 
 
 def plot_latency_throughput(series: dict[str, Sequence[Point]], title: str):

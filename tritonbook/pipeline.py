@@ -128,6 +128,14 @@ def summary(image: np.ndarray, boxes: np.ndarray, size: int) -> str:
                        "image": [int(image.shape[0]), int(image.shape[1])], "face_size": int(size)})
 
 
+def grey_levels_apart(a: np.ndarray, b: np.ndarray) -> int:
+    """The largest difference between two uint8 images, in grey levels (0 to 255): how
+    far a served picture is from the reference (rounding may move a pixel by one)."""
+    if a.shape != b.shape:
+        raise ValueError(f"images of different shapes: {a.shape} and {b.shape}")
+    return int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max(initial=0))
+
+
 def network_input(faces: np.ndarray, size: int) -> np.ndarray:
     """What goes to the network: the crops, or one grey crop when there is no face.
 

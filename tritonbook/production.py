@@ -79,15 +79,35 @@ def metrics_table(before: dict, after: dict, models: Sequence[str]):
     return pd.DataFrame(rows).set_index("model")
 
 
-class MetricsRecorder:
+class _Poller:
+    """A thread that runs ``_run`` while the ``with`` block runs; ``_run`` waits on
+    ``self._stop`` between rounds and returns once it is set."""
+
+    def __init__(self, period: float):
+        self.period = period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+class MetricsRecorder(_Poller):
     """Scrape the metrics endpoint every ``period`` seconds in a thread, as Prometheus
     would, while the ``with`` block runs. ``frames`` holds ``(seconds, samples)``."""
 
     def __init__(self, metrics_url: str, period: float = 0.5):
-        self.metrics_url, self.period = metrics_url, period
+        super().__init__(period)
+        self.metrics_url = metrics_url
         self.frames: list[tuple[float, dict]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         started = time.perf_counter()
@@ -97,13 +117,24 @@ class MetricsRecorder:
                 self.frames.append((time.perf_counter() - started, scrape(self.metrics_url)))
                 return
 
-    def __enter__(self):
-        self._thread.start()
-        return self
+    def plot(self, models: Sequence[str], title: str):
+        """Queue and compute ms per request, per scrape interval, one panel per model:
+        what a dashboard built on these counters draws."""
+        import matplotlib.pyplot as plt
 
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+        fig, axes = plt.subplots(1, len(models), figsize=(11, 3.5), sharey=True, squeeze=False)
+        for ax, model in zip(axes[0], models):
+            series = self.series(model).dropna()
+            ax.plot(series["seconds"], series["compute ms"], marker=".", label="compute")
+            ax.plot(series["seconds"], series["queue ms"], marker=".", label="queue")
+            ax.set_title(model)
+            ax.set_xlabel("seconds since the first scrape")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(f"ms per request, per {self.period:g} s scrape")
+        axes[0][0].legend()
+        fig.suptitle(title)
+        fig.tight_layout()
+        return fig
 
     def series(self, model: str):
         """Per scrape interval: requests finished, and their mean queue and compute ms."""
@@ -118,6 +149,33 @@ class MetricsRecorder:
                          "queue ms": (end["queue"] - start["queue"]) / requests / 1e3 if requests else None,
                          "compute ms": compute / requests / 1e3 if requests else None})
         return pd.DataFrame(rows)
+
+
+class HealthWatcher(_Poller):
+    """Ask the health endpoints (``health_codes``) every ``period`` seconds in a thread
+    while the ``with`` block runs, as a load balancer would. ``polls`` holds
+    ``(perf_counter time the answers arrived, {endpoint: HTTP status})``."""
+
+    def __init__(self, http_url: str, model: str, period: float = 0.05):
+        super().__init__(period)
+        self.http_url, self.model = http_url, model
+        self.polls: list[tuple[float, dict[str, int]]] = []
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            codes = health_codes(self.http_url, self.model)
+            # The time of the answer: one asked during a load may answer after it.
+            self.polls.append((time.perf_counter(), codes))
+            self._stop.wait(self.period)
+
+    def ready_before(self, moment: float) -> dict[str, int]:
+        """Of the polls answered before ``moment`` (a ``perf_counter`` time): how many
+        there were, and how many of them each endpoint answered 200."""
+        early = [codes for t, codes in self.polls if t < moment]
+        counts = {"polls": len(early)}
+        for endpoint in (f"{self.model} ready", "ready"):
+            counts[endpoint] = sum(codes[endpoint] == 200 for codes in early)
+        return counts
 
 
 def health_codes(http_url: str, model: str | None = None) -> dict[str, int]:
@@ -136,6 +194,18 @@ def health_codes(http_url: str, model: str | None = None) -> dict[str, int]:
         except OSError:
             codes[label] = 0
     return codes
+
+
+def index_status(http_url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """POST ``/v2/repository/index`` with ``headers``: the HTTP status, and the server's
+    error text when it refused (a restricted API answers 403 without its header)."""
+    request = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}",
+                                     headers=headers or {}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def stub_processes(server_pid: int, model: str) -> list:

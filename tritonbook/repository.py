@@ -346,6 +346,20 @@ def read_config(model: str, repository: str | os.PathLike = REPOSITORY) -> dict:
     return config
 
 
+def config_diff(model_a: str, model_b: str, repository: str | os.PathLike = REPOSITORY) -> str:
+    """The lines that differ between two models' ``config.pbtxt``, comments and blank
+    lines left out, as a unified diff with no context."""
+    import difflib
+
+    def code_lines(model: str) -> list[str]:
+        text = (Path(repository) / model / "config.pbtxt").read_text()
+        return [line for line in text.splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+
+    return "\n".join(difflib.unified_diff(code_lines(model_a), code_lines(model_b),
+                                          model_a, model_b, lineterm="", n=0))
+
+
 def config_with_network(model: str, network: str) -> dict:
     """A chapter 6 deployment's committed config, calling another restoring network:
     the ensemble's ``gfpgan`` step, or the python models' ``NETWORK`` parameter."""

@@ -1,5 +1,5 @@
-"""Reading what TorchScript says: the tracer's warnings (chapter 2) and the compiler's
-errors (chapter 3).
+"""Reading what PyTorch's compilers say: TorchScript's tracer warnings (chapter 2), its
+compiler's errors, and the ONNX exporter's chain of causes (chapter 3).
 
 ``torch.jit.script`` compiles Python source and stops at the first construct outside
 TorchScript's subset. Its error holds the reason (after an operator's schema, when a
@@ -66,3 +66,21 @@ def script_failure(module, width: int | None = 80) -> str:
     except RuntimeError as error:
         return script_error_summary(error, width)
     raise AssertionError(f"{type(module).__name__}: expected torch.jit.script to fail")
+
+
+_EXPORTER_PATHS = ("torch.onnx._internal.exporter._tensors.",)
+
+
+def export_error_causes(error: BaseException) -> list[str]:
+    """The causes listed in an error of ``torch.onnx.export(..., dynamo=True)``, in the
+    order its summary gives them (innermost first). The summary names each cause on a
+    line ``<class '...'>: message``; the message is kept up to the node's dump of its
+    inputs (``. named_inputs=...``), with the exporter's private module paths dropped."""
+    causes = []
+    for line in str(error).splitlines():
+        if line.startswith("<class") and ": " in line:
+            message = line.split(": ", 1)[1].split(". named_inputs")[0]
+            for path in _EXPORTER_PATHS:
+                message = message.replace(path, "")
+            causes.append(message)
+    return causes
