@@ -395,3 +395,17 @@ def test_largest_differences_sees_a_forward_and_a_backward_difference():
     assert forward == 0.0 and backward == 0.0  # only x's gradient is compared
     with pytest.raises(ValueError, match="input 1: .* the candidate op gives it none"):
         cpp_ops.largest_differences(fused_leaky_relu, no_bias_gradient, [x, bias], [x, bias])
+
+
+def test_relative_differences_scale_by_the_reference_magnitude():
+    # One float16 step at 256 (0.25) is an absolute difference of 0.25 and a relative
+    # one of about 1e-3: the float16 tolerance must be relative (book/gpu.md).
+    x = torch.full((3,), 256.0)
+    shifted = lambda t: t + 0.25  # noqa: E731
+    forward, _ = cpp_ops.largest_differences(lambda t: t, shifted, [x], [x])
+    assert forward == 0.25
+    relative, grad = cpp_ops.largest_differences(lambda t: t, shifted, [x], [x], relative=True)
+    assert relative == pytest.approx(0.25 / 256) and grad == 0.0
+    zeros = torch.zeros(3)
+    assert cpp_ops.largest_differences(lambda t: t * 0, lambda t: t * 0 + 1e-3, [zeros], [zeros],
+                                       relative=True)[0] == pytest.approx(1e-3)

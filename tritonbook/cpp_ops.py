@@ -369,11 +369,18 @@ def parity_cases(calls: dict, device: str = "cpu", dtype: torch.dtype = torch.fl
 
 
 def largest_differences(reference_op, candidate_op, inputs: list[torch.Tensor],
-                        grad_inputs: list[torch.Tensor]) -> tuple[float, float]:
+                        grad_inputs: list[torch.Tensor],
+                        relative: bool = False) -> tuple[float, float]:
     """The largest absolute difference between two implementations of one op, forward
     and backward: each runs on its own copy of ``inputs``, and both get the same random
     upstream gradient. ``grad_inputs`` are the inputs (from ``inputs``, by identity)
-    whose gradients are compared. Returns ``(forward, backward)``."""
+    whose gradients are compared. Returns ``(forward, backward)``.
+
+    ``relative``: each difference divided by the largest magnitude in the reference's
+    tensor, so that one tolerance fits tensors of any size. A bias gradient is a sum
+    over batch and pixels (hundreds in float16, where one step between neighbouring
+    numbers is then 0.125): two correct kernels that add in another order differ by
+    that step."""
     wants = [any(t is g for g in grad_inputs) for t in inputs]
     a = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wants)]
     b = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wants)]
@@ -388,5 +395,13 @@ def largest_differences(reference_op, candidate_op, inputs: list[torch.Tensor],
         if x.grad is None or y.grad is None:
             side = "reference" if x.grad is None else "candidate"
             raise ValueError(f"input {index}: its gradient is compared, but the {side} op gives it none")
-        grads.append((x.grad - y.grad).abs().max().item())
-    return (out_a - out_b).abs().max().item(), max(grads, default=0.0)
+        grads.append(_difference(x.grad, y.grad, relative))
+    return _difference(out_a, out_b, relative), max(grads, default=0.0)
+
+
+def _difference(reference: torch.Tensor, candidate: torch.Tensor, relative: bool) -> float:
+    largest = (reference - candidate).abs().max().item()
+    if not relative:
+        return largest
+    scale = reference.abs().max().item()
+    return largest / scale if scale > 0 else largest

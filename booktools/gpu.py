@@ -1,0 +1,904 @@
+"""The book's GPU run: the checks of ../shared/GPU.md in one process, for a GPU machine.
+
+    python -m booktools.gpu --out DIR [--deadline SECONDS]
+
+Each section (environment, chapter 1's CUDA kernels, chapter 3's parity, chapters 5
+and 6 served on GPU instances) records what it measured, or the error that stopped it,
+in ``DIR/gpu_run.json``, which is rewritten after every section: a run cut short still
+leaves what it finished. ``--deadline`` skips the sections that would start after it.
+``python -m booktools.gpu --report FILE`` prints the tables of ``book/gpu.md`` from a
+saved run. On a machine without CUDA the GPU sections record why they did not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+STARTED = time.monotonic()
+# --dry-run: the same code on the CPU with few samples, to check the script here
+# before a GPU machine's minutes are spent on it.
+DEVICE = "cuda"
+DRY = False
+
+
+def _seconds() -> float:
+    return round(time.monotonic() - STARTED, 1)
+
+
+def _smi() -> dict:
+    query = "name,driver_version,memory.total"
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                f"--query-gpu={query}",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": str(exc)}
+    name, driver, memory = [
+        part.strip() for part in out.splitlines()[0].split(",")
+    ]
+    return {"name": name, "driver": driver, "memory": memory}
+
+
+def environment() -> dict:
+    import numpy
+    import torch
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "numpy": numpy.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu_threads": torch.get_num_threads(),
+        "nvidia_smi": _smi(),
+    }
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name(0)
+    try:
+        import onnxruntime
+
+        info["onnxruntime"] = onnxruntime.__version__
+        info["onnxruntime_providers"] = (
+            onnxruntime.get_available_providers()
+        )
+    except ImportError as exc:
+        info["onnxruntime"] = f"not importable: {exc}"
+    return info
+
+
+def _network():
+    """Chapter 1 and 3's network: the random GFPGAN-256 (or the weights the
+    environment names), its deploy wrapper and the portrait, on the CPU."""
+    from tritonbook.gfpgan import (
+        GFPGANForDeploy,
+        gfpgan_from_environment,
+    )
+    from tritonbook.images import load_face, to_tensor
+
+    net, description = gfpgan_from_environment()
+    deploy = GFPGANForDeploy(net).eval()
+    return net, deploy, to_tensor(load_face(net.out_size)), description
+
+
+def custom_ops() -> dict:
+    """Chapter 1: the extension built with its CUDA kernels; the parity grid (C++/CUDA
+    op against its plain-PyTorch rewrite, forward and gradient) on the GPU in float32
+    and float16, over the calls a GFPGAN forward makes."""
+    import torch
+
+    from tritonbook import cpp_ops, gfpgan
+
+    started = time.perf_counter()
+    cpp_ops.load_extension()
+    info = cpp_ops.extension_info()
+    result = {
+        "build_s": round(time.perf_counter() - started, 1),
+        "kernels": info["kernels"],
+        "cuda": info["cuda"],
+    }
+    _, deploy, face, _ = _network()
+    calls = {"fused_leaky_relu": [], "upfirdn2d": []}
+
+    def record_activation(x, bias, negative_slope=0.2, scale=2**0.5):
+        calls["fused_leaky_relu"].append(
+            (tuple(x.shape), bias is not None, negative_slope, scale)
+        )
+        return gfpgan.fused_leaky_relu(x, bias, negative_slope, scale)
+
+    def record_resample(x, kernel, up=1, down=1, pad=(0, 0)):
+        calls["upfirdn2d"].append(
+            (tuple(x.shape), tuple(kernel.shape), up, down, tuple(pad))
+        )
+        return gfpgan.upfirdn2d(x, kernel, up, down, pad)
+
+    with (
+        torch.no_grad(),
+        gfpgan.use_ops(
+            fused_leaky_relu=record_activation, upfirdn2d=record_resample
+        ),
+    ):
+        deploy(face)
+    rows = []
+    if DEVICE in info["kernels"]:
+        for dtype in (
+            (torch.float32,) if DRY else (torch.float32, torch.float16)
+        ):
+            for op, case, ops, inputs, grads in cpp_ops.parity_cases(
+                calls, DEVICE, dtype
+            ):
+                forward, backward = cpp_ops.largest_differences(
+                    *ops, inputs, grads
+                )
+                forward_rel, backward_rel = cpp_ops.largest_differences(
+                    *ops, inputs, grads, relative=True
+                )
+                rows.append(
+                    {
+                        "op": op,
+                        "case": case,
+                        "dtype": str(dtype)[6:],
+                        "forward": forward,
+                        "grad": backward,
+                        "forward_rel": forward_rel,
+                        "grad_rel": backward_rel,
+                    }
+                )
+        # The whole network with the C++/CUDA ops against the plain ones, on the GPU.
+        gpu = copy.deepcopy(deploy).to(DEVICE)
+        with torch.no_grad():
+            plain = gpu(face.to(DEVICE))
+            with gfpgan.use_ops(
+                fused_leaky_relu=cpp_ops.fused_leaky_relu_ext,
+                upfirdn2d=cpp_ops.upfirdn2d_ext,
+            ):
+                ours = gpu(face.to(DEVICE))
+        result["network_max_abs"] = float((ours - plain).abs().max())
+    result["cases"] = rows
+    summary = {}
+    for row in rows:
+        key = f"{row['op']} {row['dtype']}"
+        entry = summary.setdefault(key, {"cases": 0})
+        entry["cases"] += 1
+        for column in ("forward", "grad", "forward_rel", "grad_rel"):
+            entry[column] = max(entry.get(column, 0.0), row[column])
+    result["summary"] = summary
+    return result
+
+
+def trace_parity() -> dict:
+    """Chapter 3: on the GPU, the trace against eager with TF32 off and on, the GPU
+    against the CPU; the traced file of the model repository loaded on the GPU."""
+    import torch
+
+    from tritonbook import repository
+    from tritonbook.measure import parity
+
+    torch.set_grad_enabled(False)
+    _, deploy, face, description = _network()
+    result = {"network": description}
+    eager_cpu = deploy(face)
+    rows = []
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    try:
+        for tf32 in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+            gpu = GFPGANForDeployCopy(deploy).to(DEVICE).eval()
+            gpu_face = face.to(DEVICE)
+            traced = torch.jit.trace(gpu, (gpu_face,), check_trace=False)
+            answers = [traced(gpu_face) for _ in range(3)]
+            eager = gpu(gpu_face)
+            for label, actual, expected in (
+                ("traced vs eager, GPU", answers[-1], eager),
+                ("eager GPU vs eager CPU", eager, eager_cpu),
+            ):
+                check = parity(actual, expected, rtol=1e-4, atol=1e-4)
+                rows.append(
+                    {
+                        "tf32": tf32,
+                        "compared": label,
+                        "max_abs": check.max_abs,
+                        "exceeding": check.n_exceeding,
+                        "numel": check.numel,
+                    }
+                )
+    finally:
+        (
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+        ) = saved
+    result["tf32"] = rows
+    result["cudnn_tf32_default"] = saved[1]
+    result["matmul_tf32_default"] = saved[0]
+    # The repository's file, traced on the CPU with no device constant, moved whole.
+    path = repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
+    repository.ensure_model_files(["gfpgan"])
+    result["device_constants"] = repository.device_constants(path)
+    loaded = torch.jit.load(str(path), map_location=DEVICE).eval()
+    served = loaded(face.to(DEVICE))
+    check = parity(served, eager_cpu, rtol=1e-4, atol=1e-4)
+    result["file_on_gpu"] = {
+        "device": str(served.device),
+        "max_abs": check.max_abs,
+        "exceeding": check.n_exceeding,
+        "numel": check.numel,
+    }
+    return result
+
+
+def aoti() -> dict:
+    """Chapter 3's AOTInductor package, compiled for the GPU: eager, traced and the
+    package on the same face, TF32 off (PyTorch's default for matrix products; cuDNN's
+    convolutions are TF32 by default, set off here so that the three agree to float32)."""
+    import tempfile
+
+    import torch
+
+    from tritonbook.gfpgan import use_ops
+    from tritonbook.measure import parity, time_call
+
+    torch.set_grad_enabled(False)
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        _, deploy, face, _ = _network()
+        gpu = copy.deepcopy(deploy).to(DEVICE).eval()
+        face = face.to(DEVICE)
+        pair = torch.cat([face, face.flip(3)])
+        eager = gpu(face)
+        traced = torch.jit.trace(gpu, (face,), check_trace=False)
+        batch = torch.export.Dim("batch", min=2, max=8)
+        started = time.perf_counter()
+        with (
+            use_ops(fused_modconv=False),
+            tempfile.TemporaryDirectory() as folder,
+        ):
+            program = torch.export.export(
+                gpu, (pair,), dynamic_shapes=({0: batch},)
+            )
+            path = torch._inductor.aoti_compile_and_package(
+                program, package_path=os.path.join(folder, "model.pt2")
+            )
+            compile_s = time.perf_counter() - started
+            package = torch._inductor.aoti_load_package(path)
+            packaged = package(face)
+            calls = {
+                "eager": lambda: gpu(face),
+                "traced": lambda: traced(face),
+                "AOTInductor": lambda: package(face),
+            }
+            times = {
+                label: time_call(
+                    call, label, repeats=3 if DRY else 50, warmup=3
+                )
+                for label, call in calls.items()
+            }
+        result = {"compile_s": round(compile_s, 1)}
+        for label, answer in (
+            ("traced", traced(face)),
+            ("AOTInductor", packaged),
+        ):
+            check = parity(answer, eager, rtol=1e-4, atol=1e-4)
+            result[f"{label} vs eager"] = {
+                "max_abs": check.max_abs,
+                "exceeding": check.n_exceeding,
+            }
+        result["median_ms"] = {
+            label: statistics.median(t.seconds) * 1e3
+            for label, t in times.items()
+        }
+        result["spread_ms"] = {
+            label: [min(t.seconds) * 1e3, max(t.seconds) * 1e3]
+            for label, t in times.items()
+        }
+        result["repeats"] = len(times["eager"].seconds)
+        return result
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+def GFPGANForDeployCopy(deploy):
+    return copy.deepcopy(deploy)
+
+
+def _stub_numpy_probe(triton) -> dict:
+    """One request to a python model: does the 24.10 stub (pybind11 2.x) work with
+    the numpy it finds?"""
+    import numpy as np
+
+    from tritonbook.client import infer
+
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    answers = {}
+    for model, (given, taken) in {
+        "affine_python": ("INPUT__0", "OUTPUT__0"),
+        "affine_torchscript": ("input__0", "output__0"),
+    }.items():
+        triton.load(model)
+        answers[model] = infer(
+            triton, model, {given: x}, [taken], "grpc"
+        )[taken].tolist()
+    want = (2 * x + 1).tolist()  # both models compute 2x + 1
+    answers["right"] = all(
+        answers[m] == want
+        for m in ("affine_python", "affine_torchscript")
+    )
+    return answers
+
+
+def _timings(calls: dict, repeats: int) -> dict:
+    from tritonbook.measure import time_call
+
+    out = {}
+    for label, call in calls.items():
+        timing = time_call(call, label, repeats=repeats, warmup=3)
+        seconds = sorted(timing.seconds)
+        out[label] = {
+            "median_ms": statistics.median(seconds) * 1e3,
+            "min_ms": seconds[0] * 1e3,
+            "max_ms": seconds[-1] * 1e3,
+            "repeats": repeats,
+        }
+    return out
+
+
+def _point(point) -> dict:
+    return {
+        "load": point.load,
+        "stable": point.stable,
+        "requests": point.requests,
+        "infer_per_s": point.infer_per_s,
+        "p50_ms": point.p50,
+        "p95_ms": point.p95,
+        "compute_infer_ms": point.compute_infer,
+        "queue_ms": point.queue,
+        "executions": point.executions,
+        "inferences": point.inferences,
+    }
+
+
+def served(deadline: float) -> dict:
+    """Chapters 5 and 6 on the embedded server with GPU instances."""
+    import numpy as np
+    import torch
+
+    from tritonbook import perf, repository, server
+    from tritonbook.client import infer
+    from tritonbook.images import load_face, to_tensor
+    from tritonbook.measure import interleaved, time_call
+
+    torch.set_grad_enabled(False)
+    result = {}
+    repository.ensure_model_files(
+        [
+            "gfpgan",
+            "gfpgan_batched",
+            "face_passthrough",
+            "affine_torchscript",
+        ]
+    )
+    triton = server.EmbeddedTriton()
+    try:
+        result["server"] = dict(triton.info().rows())
+        try:
+            probe = _stub_numpy_probe(triton)
+        except Exception as exc:  # noqa: BLE001 (the answer decides the next step)
+            probe = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+        result["stub_probe"] = {"numpy": "the client's", **probe}
+        fallback = os.environ.get("TRITONBOOK_FALLBACK_NUMPY")
+        if not probe.get("right") and fallback:
+            # The 24.10 stub's pybind11 predates numpy 2: a numpy 1.26 for it alone
+            # (a .pth file reads this variable; see book/gpu.md).
+            triton.stop()
+            os.environ["TRITONBOOK_STUB_NUMPY"] = fallback
+            triton = server.EmbeddedTriton()
+            result["stub_probe_fallback"] = {
+                "numpy": fallback,
+                **_stub_numpy_probe(triton),
+            }
+        for model in ("gfpgan", "gfpgan_batched"):
+            triton.load(model)
+        result["gfpgan_instances"] = (
+            triton.http()
+            .get_model_config("gfpgan")
+            .get("instance_group")
+        )
+        size = repository.gfpgan_out_size(
+            repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
+        )
+        face = to_tensor(load_face(size))
+        array = face.numpy()
+        local = torch.jit.load(
+            str(repository.REPOSITORY / "gfpgan" / "1" / "model.pt"),
+            map_location=DEVICE,
+        ).eval()
+
+        def run_local():
+            with torch.inference_mode():
+                local(face.to(DEVICE)).cpu()
+
+        def ask(protocol):
+            return lambda: infer(
+                triton,
+                "gfpgan",
+                {"input__0": array},
+                ["output__0"],
+                protocol,
+            )
+
+        answer = infer(
+            triton, "gfpgan", {"input__0": array}, ["output__0"], "grpc"
+        )
+        with torch.inference_mode():
+            want = local(face.to(DEVICE)).cpu().numpy()
+        result["served_max_abs"] = float(
+            np.abs(answer["output__0"] - want).max()
+        )
+        calls = {
+            "local TorchScript": run_local,
+            "Triton HTTP": ask("http"),
+            "Triton gRPC": ask("grpc"),
+        }
+        result["latency"] = _timings(calls, repeats=3 if DRY else 30)
+
+        def once(call):
+            return lambda: (
+                time_call(call, "", repeats=1, warmup=0).median
+            )
+
+        ratios = {}
+        for protocol in ("HTTP", "gRPC"):
+            ratio = interleaved(
+                once(calls[f"Triton {protocol}"]),
+                once(calls["local TorchScript"]),
+                runs=3 if DRY else 10,
+                label=f"Triton {protocol} / local",
+            )
+            ratios[protocol] = {
+                "ratio": ratio.ratio,
+                "interval": list(ratio.interval),
+                "runs": len(ratio.a),
+                "verdict": ratio.verdict,
+            }
+        result["served_over_local"] = ratios
+        # Throughput: one instance without a batcher, then with one (max batch 8).
+        sweeps = {}
+        for model, levels in (
+            ("gfpgan", [1, 2, 4]),
+            ("gfpgan_batched", [1, 2, 4, 8]),
+        ):
+            if time.monotonic() > deadline:
+                sweeps[model] = "skipped: deadline"
+                continue
+            points = perf.run(
+                triton,
+                model,
+                {"input__0": array},
+                batch=1,
+                concurrency=levels[:2] if DRY else levels,
+                window_requests=4 if DRY else 50,
+                max_trials=3 if DRY else 10,
+                percentile=None,
+                timeout=150,
+            )
+            sweeps[model] = [_point(p) for p in points]
+        result["gfpgan_sweeps"] = sweeps
+        # Chapter 6: the three deployments against the in-process script, one face.
+        if time.monotonic() < deadline:
+            try:
+                result["pipeline"] = _pipeline(triton, local, size)
+            except Exception as exc:  # noqa: BLE001 (the sections above stay recorded)
+                result["pipeline"] = {
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "traceback": traceback.format_exc()[-3000:],
+                }
+    finally:
+        triton.stop()
+    return result
+
+
+def _pipeline(triton, network, size) -> dict:
+    import torch
+
+    from tritonbook import pipeline
+    from tritonbook.client import infer
+    from tritonbook.images import load_face
+    from tritonbook.measure import time_call
+
+    deployments = {
+        "ensemble": "face_restore_ensemble",
+        "BLS": "face_restore_bls",
+        "one python model": "face_restore_python",
+    }
+    for model in [
+        "face_passthrough",
+        "face_detect",
+        "face_paste",
+        *deployments.values(),
+    ]:
+        triton.load(model)
+    import cv2
+
+    from tritonbook.images import ASSETS
+
+    portrait = load_face(256)
+    cat = cv2.imread(str(ASSETS / "chelsea.png"))[:, :, ::-1]
+    picture = pipeline.group_photo(1, portrait, cat)
+    detector = pipeline.FaceDetector()
+
+    def run_network(faces):
+        with torch.inference_mode():
+            return (
+                network(torch.from_numpy(faces).to(DEVICE)).cpu().numpy()
+            )
+
+    reference = pipeline.restore(picture, detector, run_network, size)
+    monolith = time_call(
+        lambda: pipeline.restore(picture, detector, run_network, size),
+        "monolith",
+        repeats=3 if DRY else 20,
+        warmup=1 if DRY else 3,
+    )
+    result = {
+        "monolith_ms": statistics.median(monolith.seconds) * 1e3,
+        "deployments": {},
+    }
+    for label, model in deployments.items():
+        got = infer(
+            triton,
+            model,
+            {"PIXELS": picture},
+            ["RESTORED", "SUMMARY"],
+            "grpc",
+        )
+        apart = pipeline.grey_levels_apart(got["RESTORED"], reference[0])
+        entry = {"grey_levels_apart": apart}
+        # One picture at a time, as chapter 6's rounds (perf_analyzer would need
+        # data for the optional ENCODED input too).
+        timing = time_call(
+            lambda m=model: infer(
+                triton, m, {"PIXELS": picture}, ["RESTORED"], "grpc"
+            ),
+            label,
+            repeats=3 if DRY else 20,
+            warmup=1 if DRY else 3,
+        )
+        entry["median_ms"] = statistics.median(timing.seconds) * 1e3
+        entry["min_ms"] = min(timing.seconds) * 1e3
+        entry["max_ms"] = max(timing.seconds) * 1e3
+        result["deployments"][label] = entry
+    return result
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    lines += [
+        "| " + " | ".join(str(cell) for cell in row) + " |"
+        for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def _g(x: float) -> str:
+    """A difference: two significant digits, fixed where it reads well."""
+    if x == 0:
+        return "0"
+    return f"{x:.2g}" if abs(x) >= 0.01 else f"{x:.1e}"
+
+
+def report(record: dict) -> dict[str, str]:
+    """The tables of book/gpu.md, by name, from a saved run (``gpu_run.json``)."""
+    env = record["environment"]
+    tables = {
+        "environment": _table(
+            ["", ""],
+            [
+                [
+                    "GPU",
+                    f"{env['device']}, driver {env['nvidia_smi']['driver']}",
+                ],
+                ["CPU threads (torch)", env["cpu_threads"]],
+                ["Python", env["python"]],
+                [
+                    "PyTorch",
+                    f"{env['torch']} (CUDA {env['torch_cuda']})",
+                ],
+                ["numpy (client)", env["numpy"]],
+                [
+                    "onnxruntime",
+                    f"{env['onnxruntime']}: {', '.join(env['onnxruntime_providers'])}",
+                ],
+                [
+                    "Triton",
+                    f"{record['served']['server']['Triton version']}, embedded",
+                ],
+            ],
+        )
+    }
+    ops = record["custom_ops"]
+    tables["custom_ops"] = _table(
+        [
+            "op",
+            "dtype",
+            "cases",
+            "forward, abs",
+            "gradient, abs",
+            "forward, rel",
+            "gradient, rel",
+        ],
+        [
+            [
+                key.split()[0],
+                key.split()[1],
+                v["cases"],
+                _g(v["forward"]),
+                _g(v["grad"]),
+                _g(v["forward_rel"]),
+                _g(v["grad_rel"]),
+            ]
+            for key, v in ops["summary"].items()
+        ],
+    )
+    parity = record["trace_parity"]
+    rows = [
+        [
+            "on" if r["tf32"] else "off",
+            r["compared"],
+            _g(r["max_abs"]),
+            f"{r['exceeding']:,} of {r['numel']:,}",
+        ]
+        for r in parity["tf32"]
+    ]
+    on_gpu = parity["file_on_gpu"]
+    rows.append(
+        [
+            "default",
+            "repository's model.pt on cuda:0 vs eager CPU",
+            _g(on_gpu["max_abs"]),
+            f"{on_gpu['exceeding']:,} of {on_gpu['numel']:,}",
+        ]
+    )
+    tables["trace_parity"] = _table(
+        [
+            "TF32",
+            "compared",
+            "largest difference",
+            "values outside 1e-4",
+        ],
+        rows,
+    )
+    aot = record["aoti"]
+    tables["aoti"] = _table(
+        [
+            "form",
+            "median ms",
+            "fastest, slowest ms",
+            "largest difference from eager",
+        ],
+        [
+            [
+                label,
+                f"{aot['median_ms'][label]:.1f}",
+                ", ".join(f"{x:.1f}" for x in aot["spread_ms"][label]),
+                ""
+                if label == "eager"
+                else _g(aot[f"{label} vs eager"]["max_abs"]),
+            ]
+            for label in ("eager", "traced", "AOTInductor")
+        ],
+    )
+    served = record["served"]
+    tables["builds"] = _table(
+        ["built", "seconds"],
+        [
+            [
+                "chapter 1's C++/CUDA extension (ninja, first build)",
+                f"{ops['build_s']:.1f}",
+            ],
+            [
+                "chapter 3's AOTInductor package for the GPU (batch 2 to 8)",
+                f"{aot['compile_s']:.1f}",
+            ],
+        ],
+    )
+    probes = [(f"{env['numpy']} (the machine's)", served["stub_probe"])]
+    if "stub_probe_fallback" in served:
+        probes.append(("1.26.4", served["stub_probe_fallback"]))
+    tables["stub_numpy"] = _table(
+        ["numpy in the stub", "affine_python, 2x + 1 of [0, 1, 2, 3]"],
+        [
+            [label, probe.get("error") or probe["affine_python"][0]]
+            for label, probe in probes
+        ],
+    )
+    latency = served["latency"]
+    tables["latency"] = _table(
+        ["call", "median ms", "fastest ms", "slowest ms", "calls"],
+        [
+            [
+                label,
+                f"{v['median_ms']:.1f}",
+                f"{v['min_ms']:.1f}",
+                f"{v['max_ms']:.1f}",
+                v["repeats"],
+            ]
+            for label, v in latency.items()
+        ],
+    )
+    tables["served_over_local"] = _table(
+        ["ratio", "mean", "95 % interval", "runs", "verdict"],
+        [
+            [
+                f"Triton {p} / local",
+                f"{v['ratio']:.2f}",
+                f"{v['interval'][0]:.2f} to {v['interval'][1]:.2f}",
+                v["runs"],
+                v["verdict"],
+            ]
+            for p, v in served["served_over_local"].items()
+        ],
+    )
+    rows = []
+    for model, points in served["gfpgan_sweeps"].items():
+        for q in points:
+            batch = (
+                q["inferences"] / q["executions"]
+                if q["executions"]
+                else float("nan")
+            )
+            rows.append(
+                [
+                    model,
+                    q["load"],
+                    f"{q['infer_per_s']:.1f}",
+                    f"{q['p50_ms']:.1f}",
+                    f"{q['p95_ms']:.1f}",
+                    f"{q['compute_infer_ms']:.1f}",
+                    f"{batch:.2f}",
+                    f"{1e3 / q['compute_infer_ms'] * batch:.0f}",
+                    q["requests"],
+                    "yes" if q["stable"] else "no",
+                ]
+            )
+    tables["throughput"] = _table(
+        [
+            "model",
+            "in flight",
+            "faces/s",
+            "p50 ms",
+            "p95 ms",
+            "server ms per execution",
+            "mean batch",
+            "ceiling faces/s",
+            "requests",
+            "stable",
+        ],
+        rows,
+    )
+    return tables
+
+
+SECTIONS = {
+    "environment": lambda deadline: environment(),
+    "custom_ops": lambda deadline: custom_ops(),
+    "trace_parity": lambda deadline: trace_parity(),
+    "served": served,
+    "aoti": lambda deadline: aoti(),
+}
+NEEDS_CUDA = {"custom_ops", "trace_parity", "served", "aoti"}
+
+
+def run(
+    out: Path, deadline_s: float, only: list[str] | None = None
+) -> dict:
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = STARTED + deadline_s
+    record = {
+        "command": " ".join(
+            [
+                Path(sys.executable).name,
+                "-m",
+                "booktools.gpu",
+                *sys.argv[1:],
+            ]
+        ),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    for name, section in SECTIONS.items():
+        if only and name not in only:
+            continue
+        if (
+            name in NEEDS_CUDA
+            and not torch.cuda.is_available()
+            and not DRY
+        ):
+            record[name] = {"skipped": "no CUDA device"}
+        elif time.monotonic() > deadline:
+            record[name] = {
+                "skipped": f"deadline ({deadline_s:.0f} s) passed"
+            }
+        else:
+            began = time.monotonic()
+            print(f"[{_seconds():7.1f} s] {name} ...", flush=True)
+            try:
+                record[name] = section(deadline)
+            except Exception as exc:  # noqa: BLE001 (recorded; the next section runs)
+                record[name] = {
+                    "error": f"{type(exc).__name__}: {exc}"[:4000],
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+                print(record[name]["traceback"], flush=True)
+            record[name]["section_s"] = round(
+                time.monotonic() - began, 1
+            )
+        (out / "gpu_run.json").write_text(
+            json.dumps(record, indent=1, default=str) + "\n"
+        )
+        print(
+            f"[{_seconds():7.1f} s] {name}: {json.dumps(record[name], default=str)[:600]}",
+            flush=True,
+        )
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu-run"))
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=420.0,
+        help="start no section after this many seconds",
+    )
+    parser.add_argument(
+        "--only", nargs="*", help="the sections to run (default: all)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="on the CPU, few samples: checks the script, measures nothing",
+    )
+    parser.add_argument(
+        "--report", type=Path, help="print the tables of a saved run"
+    )
+    args = parser.parse_args(argv)
+    if args.report:
+        for name, table in report(
+            json.loads(args.report.read_text())
+        ).items():
+            print(f"<!-- {name} -->\n{table}\n")
+        return
+    if args.dry_run:
+        global DEVICE, DRY
+        DEVICE, DRY = "cpu", True
+    run(args.out, args.deadline, args.only)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""book/gpu.md prints the saved GPU run, and the GPU script runs end to end."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from booktools import gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_gpu_page_shows_the_saved_run_as_it_is():
+    record = json.loads((ROOT / "book" / "gpu_run.json").read_text())
+    page = (ROOT / "book" / "gpu.md").read_text()
+    for name, table in gpu.report(record).items():
+        assert table in page, (
+            f"book/gpu.md: the {name} table differs from book/gpu_run.json"
+        )
+
+
+def test_the_saved_run_keeps_each_section_of_one_call():
+    record = json.loads((ROOT / "book" / "gpu_run.json").read_text())
+    kept = {
+        section: run["run"]
+        for run in record["runs"]
+        for section in run["kept"]
+    }
+    for section in ("custom_ops", "trace_parity", "served", "aoti"):
+        assert record[section]["run"] == kept[section]
+        assert "error" not in record[section]
+
+
+def test_the_gpu_script_runs_on_the_cpu(tmp_path):
+    # The same code as on a GPU, with few samples: what would break there breaks here.
+    sections = ["environment", "custom_ops", "trace_parity", "served"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "booktools.gpu",
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+            "--only",
+            *sections,
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )
+    record = json.loads((tmp_path / "gpu_run.json").read_text())
+    for section in sections:
+        assert "error" not in record[section], record[section]
+    served = record["served"]
+    assert served["stub_probe"]["right"], served["stub_probe"]
+    assert served["served_max_abs"] == 0.0
+    assert set(served["gfpgan_sweeps"]) == {"gfpgan", "gfpgan_batched"}
+    assert "error" not in served["pipeline"], served["pipeline"]
