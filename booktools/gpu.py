@@ -352,7 +352,9 @@ def _timings(calls: dict, repeats: int) -> dict:
 
     out = {}
     for label, call in calls.items():
-        timing = time_call(call, label, repeats=repeats, warmup=3)
+        timing = time_call(
+            call, label, repeats=repeats, warmup=1 if DRY else 3
+        )
         seconds = sorted(timing.seconds)
         out[label] = {
             "median_ms": statistics.median(seconds) * 1e3,
@@ -460,7 +462,7 @@ def served(deadline: float) -> dict:
             "Triton HTTP": ask("http"),
             "Triton gRPC": ask("grpc"),
         }
-        result["latency"] = _timings(calls, repeats=3 if DRY else 30)
+        result["latency"] = _timings(calls, repeats=1 if DRY else 30)
 
         def once(call):
             return lambda: (
@@ -472,7 +474,7 @@ def served(deadline: float) -> dict:
             ratio = interleaved(
                 once(calls[f"Triton {protocol}"]),
                 once(calls["local TorchScript"]),
-                runs=3 if DRY else 10,
+                runs=2 if DRY else 10,
                 label=f"Triton {protocol} / local",
             )
             ratios[protocol] = {
@@ -496,9 +498,9 @@ def served(deadline: float) -> dict:
                 model,
                 {"input__0": array},
                 batch=1,
-                concurrency=levels[:2] if DRY else levels,
-                window_requests=4 if DRY else 50,
-                max_trials=3 if DRY else 10,
+                concurrency=levels[:1] if DRY else levels,
+                window_requests=2 if DRY else 50,
+                max_trials=2 if DRY else 10,
                 percentile=None,
                 timeout=150,
             )
@@ -557,7 +559,7 @@ def _pipeline(triton, network, size) -> dict:
     monolith = time_call(
         lambda: pipeline.restore(picture, detector, run_network, size),
         "monolith",
-        repeats=3 if DRY else 20,
+        repeats=1 if DRY else 20,
         warmup=1 if DRY else 3,
     )
     result = {
@@ -581,7 +583,7 @@ def _pipeline(triton, network, size) -> dict:
                 triton, m, {"PIXELS": picture}, ["RESTORED"], "grpc"
             ),
             label,
-            repeats=3 if DRY else 20,
+            repeats=1 if DRY else 20,
             warmup=1 if DRY else 3,
         )
         entry["median_ms"] = statistics.median(timing.seconds) * 1e3

@@ -113,9 +113,35 @@ def test_broken_repository_gives_a_clear_error_with_the_log(tmp_path):
     with pytest.raises(server.TritonServerError) as caught:
         server.EmbeddedTriton(tmp_path, load_models=["broken"], startup_timeout=60)
     message = str(caught.value)
-    assert "exited with code" in message
+    assert "exited with code" in message or "failed to start" in message
     assert "--- server log (last lines) ---" in message
     assert "broken" in message  # the log names the model that failed
+
+
+def test_a_failed_start_ends_within_tritons_exit_timeout(plus_one_repository):
+    # One model loads and will not finalize quickly; another fails. Triton unloads the
+    # first, waits up to its exit timeout (10 s by default), logs why it failed and
+    # exits: the error comes then, not at the start-up limit, and nothing is left.
+    slow = PYTHON_MODEL + "\n    def finalize(self):\n        import time\n        time.sleep(120)\n"
+    write_model(plus_one_repository, "slow_to_stop", PYTHON_CONFIG, {"1/model.py": slow})
+    write_model(plus_one_repository, "needs_a_package", PYTHON_CONFIG,
+                {"1/model.py": "import package_not_installed_here\n"})
+    started = time.monotonic()
+    with pytest.raises(server.TritonServerError) as caught:
+        server.EmbeddedTriton(plus_one_repository, model_control="none", startup_timeout=120)
+    assert time.monotonic() - started < 60
+    lines = str(caught.value).splitlines()
+    assert server.START_FAILED + " Internal - failed to load all models" in lines
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and processes_naming(plus_one_repository):
+        time.sleep(0.2)
+    assert processes_naming(plus_one_repository) == []
+
+
+def processes_naming(path):
+    """PIDs whose command line names ``path`` (a server on it, or its stubs)."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if str(path) in line]
 
 
 def test_a_server_that_keeps_a_failed_model_is_live_not_ready(plus_one_repository):
