@@ -374,10 +374,24 @@ def _point(point) -> dict:
         "p50_ms": point.p50,
         "p95_ms": point.p95,
         "compute_infer_ms": point.compute_infer,
+        "compute_input_ms": point.compute_input,
+        "compute_output_ms": point.compute_output,
         "queue_ms": point.queue,
         "executions": point.executions,
         "inferences": point.inferences,
+        "server_requests": point.server_requests,
+        "execution_ms": point.execution_ms(),
     }
+
+
+def _numpy_version(folder: str | None = None) -> str:
+    """The numpy version in ``folder`` (its dist-info), or this process's."""
+    if folder is None:
+        import numpy
+
+        return numpy.__version__
+    found = sorted(Path(folder).glob("numpy-*.dist-info"))
+    return found[0].name.split("-")[1] if found else "unknown"
 
 
 def served(deadline: float) -> dict:
@@ -407,7 +421,11 @@ def served(deadline: float) -> dict:
             probe = _stub_numpy_probe(triton)
         except Exception as exc:  # noqa: BLE001 (the answer decides the next step)
             probe = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
-        result["stub_probe"] = {"numpy": "the client's", **probe}
+        result["stub_probe"] = {
+            "numpy": "the client's",
+            "numpy_version": _numpy_version(),
+            **probe,
+        }
         fallback = os.environ.get("TRITONBOOK_FALLBACK_NUMPY")
         if not probe.get("right") and fallback:
             # The 24.10 stub's pybind11 predates numpy 2: a numpy 1.26 for it alone
@@ -417,6 +435,7 @@ def served(deadline: float) -> dict:
             triton = server.EmbeddedTriton()
             result["stub_probe_fallback"] = {
                 "numpy": fallback,
+                "numpy_version": _numpy_version(fallback),
                 **_stub_numpy_probe(triton),
             }
         for model in ("gfpgan", "gfpgan_batched"):
@@ -641,6 +660,18 @@ def report(record: dict) -> dict[str, str]:
             ],
         )
     }
+    tables["runs"] = _table(
+        ["call", "started", "sections kept", "command"],
+        [
+            [
+                run["run"],
+                run["date"],
+                ", ".join(run["kept"]),
+                f"`{run['command']}`",
+            ]
+            for run in record["runs"]
+        ],
+    )
     ops = record["custom_ops"]
     tables["custom_ops"] = _table(
         [
@@ -727,9 +758,17 @@ def report(record: dict) -> dict[str, str]:
             ],
         ],
     )
-    probes = [(f"{env['numpy']} (the machine's)", served["stub_probe"])]
+    probes = [
+        (
+            f"{served['stub_probe']['numpy_version']} (the machine's)",
+            served["stub_probe"],
+        )
+    ]
     if "stub_probe_fallback" in served:
-        probes.append(("1.26.4", served["stub_probe_fallback"]))
+        fallback = served["stub_probe_fallback"]
+        probes.append(
+            (f"{fallback['numpy_version']} (carried)", fallback)
+        )
     tables["stub_numpy"] = _table(
         ["numpy in the stub", "affine_python, 2x + 1 of [0, 1, 2, 3]"],
         [
@@ -793,9 +832,9 @@ def report(record: dict) -> dict[str, str]:
             "faces/s",
             "p50 ms",
             "p95 ms",
-            "server ms per execution",
+            "compute-infer ms per request",
             "mean batch",
-            "ceiling faces/s",
+            "bound faces/s",
             "requests",
             "stable",
         ],

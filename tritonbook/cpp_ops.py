@@ -377,10 +377,10 @@ def largest_differences(reference_op, candidate_op, inputs: list[torch.Tensor],
     whose gradients are compared. Returns ``(forward, backward)``.
 
     ``relative``: each difference divided by the largest magnitude in the reference's
-    tensor, so that one tolerance fits tensors of any size. A bias gradient is a sum
-    over batch and pixels (hundreds in float16, where one step between neighbouring
-    numbers is then 0.125): two correct kernels that add in another order differ by
-    that step."""
+    tensor, so that one tolerance fits tensors of any size. A gradient can be large (a
+    bias gradient sums over batch and pixels), and in float16 the gap between
+    neighbouring numbers grows with their size (2 between 2048 and 4096): two correct
+    kernels that add in another order differ by whole steps (book/gpu.md)."""
     wants = [any(t is g for g in grad_inputs) for t in inputs]
     a = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wants)]
     b = [t.detach().clone().requires_grad_(w) for t, w in zip(inputs, wants)]
