@@ -204,7 +204,8 @@ def trace_parity() -> dict:
         for tf32 in (False, True):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
-            gpu = GFPGANForDeployCopy(deploy).to(DEVICE).eval()
+            # A copy: `deploy` stays on the CPU.
+            gpu = copy.deepcopy(deploy).to(DEVICE).eval()
             gpu_face = face.to(DEVICE)
             traced = torch.jit.trace(gpu, (gpu_face,), check_trace=False)
             answers = [traced(gpu_face) for _ in range(3)]
@@ -316,10 +317,6 @@ def aoti() -> dict:
         return result
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-
-
-def GFPGANForDeployCopy(deploy):
-    return copy.deepcopy(deploy)
 
 
 def _stub_numpy_probe(triton) -> dict:
