@@ -388,29 +388,27 @@ def _numpy_version(folder: str | None = None) -> str:
 
         return numpy.__version__
     found = sorted(Path(folder).glob("numpy-*.dist-info"))
-    return found[0].name.split("-")[1] if found else "unknown"
-
-
-def served(deadline: float) -> dict:
-    """Chapters 5 and 6 on the embedded server with GPU instances."""
-    import numpy as np
-    import torch
-
-    from tritonbook import perf, repository, server
-    from tritonbook.client import infer
-    from tritonbook.images import load_face, to_tensor
-    from tritonbook.measure import interleaved, time_call
-
-    torch.set_grad_enabled(False)
-    result = {}
-    repository.ensure_model_files(
-        [
-            "gfpgan",
-            "gfpgan_batched",
-            "face_passthrough",
-            "affine_torchscript",
-        ]
+    # numpy-1.26.4.dist-info
+    return (
+        found[0].name[len("numpy-") : -len(".dist-info")]
+        if found
+        else "unknown"
     )
+
+
+def _embedded(result: dict):
+    """The embedded server, started with a numpy its python stub can use.
+
+    The 24.10 stub's pybind11 predates numpy 2: when one request to a python model
+    comes back wrong with the machine's numpy, the server is restarted with the
+    numpy 1.26 that ``TRITONBOOK_FALLBACK_NUMPY`` names, for the stub alone (a .pth
+    file reads ``TRITONBOOK_STUB_NUMPY``; see book/gpu.md). Both probes are recorded
+    in ``result``.
+    """
+    from tritonbook import repository, server
+
+    # The probe's TorchScript model is generated, not committed.
+    repository.ensure_model_files(["affine_torchscript"])
     triton = server.EmbeddedTriton()
     try:
         result["server"] = dict(triton.info().rows())
@@ -425,8 +423,6 @@ def served(deadline: float) -> dict:
         }
         fallback = os.environ.get("TRITONBOOK_FALLBACK_NUMPY")
         if not probe.get("right") and fallback:
-            # The 24.10 stub's pybind11 predates numpy 2: a numpy 1.26 for it alone
-            # (a .pth file reads this variable; see book/gpu.md).
             triton.stop()
             os.environ["TRITONBOOK_STUB_NUMPY"] = fallback
             triton = server.EmbeddedTriton()
@@ -435,6 +431,34 @@ def served(deadline: float) -> dict:
                 "numpy_version": _numpy_version(fallback),
                 **_stub_numpy_probe(triton),
             }
+    except BaseException:
+        triton.stop()
+        raise
+    return triton
+
+
+def served(deadline: float) -> dict:
+    """Chapter 5 on the embedded server with GPU instances."""
+    import numpy as np
+    import torch
+
+    from tritonbook import perf, repository
+    from tritonbook.client import infer
+    from tritonbook.images import load_face, to_tensor
+    from tritonbook.measure import interleaved, time_call
+
+    torch.set_grad_enabled(False)
+    result = {}
+    repository.ensure_model_files(
+        [
+            "gfpgan",
+            "gfpgan_batched",
+            "face_passthrough",
+            "affine_torchscript",
+        ]
+    )
+    triton = _embedded(result)
+    try:
         for model in ("gfpgan", "gfpgan_batched"):
             triton.load(model)
         result["gfpgan_instances"] = (
@@ -522,15 +546,27 @@ def served(deadline: float) -> dict:
             )
             sweeps[model] = [_point(p) for p in points]
         result["gfpgan_sweeps"] = sweeps
-        # Chapter 6: the three deployments against the in-process script, one face.
-        if time.monotonic() < deadline:
-            try:
-                result["pipeline"] = _pipeline(triton, local, size)
-            except Exception as exc:  # noqa: BLE001 (the sections above stay recorded)
-                result["pipeline"] = {
-                    "error": f"{type(exc).__name__}: {exc}"[:2000],
-                    "traceback": traceback.format_exc()[-3000:],
-                }
+    finally:
+        triton.stop()
+    return result
+
+
+def pipeline_section(deadline: float) -> dict:
+    """Chapter 6's three deployments of one picture, against the in-process script,
+    with gfpgan on the GPU."""
+    import torch
+
+    from tritonbook import repository
+
+    torch.set_grad_enabled(False)
+    repository.ensure_model_files(["gfpgan", "face_passthrough"])
+    model_pt = repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
+    size = repository.gfpgan_out_size(model_pt)
+    network = torch.jit.load(str(model_pt), map_location=DEVICE).eval()
+    result = {}
+    triton = _embedded(result)
+    try:
+        result.update(_pipeline(triton, network, size))
     finally:
         triton.stop()
     return result
@@ -609,6 +645,137 @@ def _pipeline(triton, network, size) -> dict:
     return result
 
 
+# Chapter 7, section 7: its small network on 64x64 tiles, one instance with no kind
+# (Triton places it on the GPU), under each batcher setting.
+TILE_BATCHERS = {
+    "no batcher": None,
+    "delay 0": {},
+    "delay 2 ms": {"max_queue_delay_microseconds": 2000},
+    "delay 10 ms": {"max_queue_delay_microseconds": 10000},
+    "preferred 8, delay 10 ms": {
+        "max_queue_delay_microseconds": 10000,
+        "preferred_batch_size": [8],
+    },
+}
+TILE_COMPARED = ("delay 2 ms", "preferred 8, delay 10 ms")
+
+
+def _small_cnn():
+    """Chapter 7's small network, traced as that chapter traces it."""
+    import io
+
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 3, 3, padding=1),
+    ).eval()
+    buffer = io.BytesIO()
+    torch.jit.save(
+        torch.jit.trace(net, torch.rand(1, 3, 64, 64)), buffer
+    )
+    dims = {"data_type": "TYPE_FP32", "dims": [3, -1, -1]}
+    config = {
+        "platform": "pytorch_libtorch",
+        "max_batch_size": 16,
+        "input": [{"name": "input__0", **dims}],
+        "output": [{"name": "output__0", **dims}],
+        "instance_group": [{"count": 1}],
+    }
+    return net, config, {"file:1/model.pt": buffer.getvalue()}
+
+
+def batcher(deadline: float) -> dict:
+    """Chapter 7's batcher settings at 8 requests in flight, then three interleaved
+    rounds of two settings and no batcher, with the chapter's verdicts."""
+    import numpy as np
+    import torch
+
+    from tritonbook import perf
+    from tritonbook.client import infer
+    from tritonbook.measure import Ratio
+
+    torch.set_grad_enabled(False)
+    net, config, files = _small_cnn()
+    image = torch.rand(1, 3, 64, 64)
+    tile = {"input__0": image.numpy()}
+    want = net(image).numpy()
+    result = {}
+    triton = _embedded(result)
+    try:
+        names = {}
+        for index, (label, setting) in enumerate(TILE_BATCHERS.items()):
+            names[label] = f"tiles_{index}"
+            given = dict(config, name=names[label])
+            if setting is not None:
+                given["dynamic_batching"] = setting
+            triton.load(names[label], given, files=files)
+        got = infer(
+            triton, names["no batcher"], tile, ["output__0"], "grpc"
+        )
+        result["max_abs"] = float(np.abs(got["output__0"] - want).max())
+        result["instances"] = (
+            triton.http()
+            .get_model_config(names["no batcher"])
+            .get("instance_group")
+        )
+
+        def at_eight(label):
+            return perf.run(
+                triton,
+                names[label],
+                tile,
+                batch=1,
+                concurrency=[8],
+                window_requests=5 if DRY else 100,
+                stability=20,
+                percentile=None,
+                max_trials=3 if DRY else 20,
+                timeout=120,
+            )[0]
+
+        # A dry run checks the code with two settings and one round.
+        compared = TILE_COMPARED[:1] if DRY else TILE_COMPARED
+        settings = (
+            ["no batcher", *compared] if DRY else list(TILE_BATCHERS)
+        )
+        result["at_eight"] = {
+            label: _point(at_eight(label)) for label in settings
+        }
+        taken = {label: [] for label in (*compared, "no batcher")}
+        for _ in range(1 if DRY else 3):
+            if time.monotonic() > deadline:
+                break
+            for label, points in taken.items():
+                points.append(_point(at_eight(label)))
+        result["rounds"] = taken
+        verdicts = {}
+        for label in compared:
+            for column, key in (
+                ("infer/s", "infer_per_s"),
+                ("p95", "p95_ms"),
+            ):
+                ratio = Ratio(
+                    f"{label} / no batcher, {column}",
+                    tuple(p[key] for p in taken[label]),
+                    tuple(p[key] for p in taken["no batcher"]),
+                )
+                verdicts[f"{label} / no batcher, {column}"] = {
+                    "ratio": ratio.ratio,
+                    "interval": list(ratio.interval),
+                    "runs": len(ratio.a),
+                    "verdict": ratio.verdict,
+                }
+        result["verdicts"] = verdicts
+    finally:
+        triton.stop()
+    return result
+
+
 def _table(header: list[str], rows: list[list]) -> str:
     lines = [
         "| " + " | ".join(header) + " |",
@@ -630,39 +797,61 @@ def _g(x: float) -> str:
 
 def report(record: dict) -> dict[str, str]:
     """The tables of book/gpu.md, by name, from a saved run (``gpu_run.json``)."""
-    env = record["environment"]
+    environments = [record["environment"]]
+    environments += [
+        record[k] for k in ("environment_2",) if k in record
+    ]
+
+    def calls(env):
+        found = [
+            str(run["run"])
+            for run in record["runs"]
+            if run.get("device", env["device"]) == env["device"]
+        ]
+        return "calls " + ", ".join(found)
+
+    def row(label, value):
+        return [label, *(value(env) for env in environments)]
+
     tables = {
         "environment": _table(
-            ["", ""],
+            ["", *(calls(env) for env in environments)],
             [
-                [
+                row(
                     "GPU",
-                    f"{env['device']}, driver {env['nvidia_smi']['driver']}",
-                ],
-                ["CPU threads (torch)", env["cpu_threads"]],
-                ["Python", env["python"]],
-                [
+                    lambda e: (
+                        f"{e['device']}, driver {e['nvidia_smi']['driver']}"
+                    ),
+                ),
+                row("CPU threads (torch)", lambda e: e["cpu_threads"]),
+                row("Python", lambda e: e["python"]),
+                row(
                     "PyTorch",
-                    f"{env['torch']} (CUDA {env['torch_cuda']})",
-                ],
-                ["numpy (client)", env["numpy"]],
-                [
+                    lambda e: f"{e['torch']} (CUDA {e['torch_cuda']})",
+                ),
+                row("numpy (client)", lambda e: e["numpy"]),
+                row(
                     "onnxruntime",
-                    f"{env['onnxruntime']}: {', '.join(env['onnxruntime_providers'])}",
-                ],
-                [
+                    lambda e: (
+                        f"{e['onnxruntime']}: {', '.join(e['onnxruntime_providers'])}"
+                    ),
+                ),
+                row(
                     "Triton",
-                    f"{record['served']['server']['Triton version']}, embedded",
-                ],
+                    lambda e: (
+                        f"{record['served']['server']['Triton version']}, embedded"
+                    ),
+                ),
             ],
         )
     }
     tables["runs"] = _table(
-        ["call", "started", "sections kept", "command"],
+        ["call", "started", "GPU", "sections kept", "command"],
         [
             [
                 run["run"],
                 run["date"],
+                run["device"].removeprefix("NVIDIA "),
                 ", ".join(run["kept"]),
                 f"`{run['command']}`",
             ]
@@ -837,7 +1026,103 @@ def report(record: dict) -> dict[str, str]:
         ],
         rows,
     )
+    if "batcher" in record:
+        tables.update(_batcher_tables(record["batcher"]))
+    if "pipeline" in record:
+        tables["pipeline"] = _pipeline_table(record["pipeline"])
     return tables
+
+
+def _batcher_tables(section: dict) -> dict[str, str]:
+    rows = []
+    for label, q in section["at_eight"].items():
+        batch = q["inferences"] / q["executions"]
+        rows.append(
+            [
+                label,
+                f"{q['infer_per_s']:,.0f}",
+                f"{q['p50_ms']:.2f}",
+                f"{q['p95_ms']:.2f}",
+                f"{q['queue_ms']:.2f}",
+                f"{q['compute_infer_ms']:.2f}",
+                f"{batch:.2f}",
+                f"{1e3 / q['compute_infer_ms'] * batch:,.0f}",
+                f"{q['requests']:,}",
+                "yes" if q["stable"] else "no",
+            ]
+        )
+    at_eight = _table(
+        [
+            "setting",
+            "tiles/s",
+            "p50 ms",
+            "p95 ms",
+            "queue ms",
+            "compute-infer ms per request",
+            "mean batch",
+            "bound tiles/s",
+            "requests",
+            "stable",
+        ],
+        rows,
+    )
+    rounds = section["rounds"]
+    verdicts = _table(
+        ["ratio", "mean", "95 % interval", "runs", "verdict"],
+        [
+            [
+                label,
+                f"{v['ratio']:.2f}",
+                f"{v['interval'][0]:.2f} to {v['interval'][1]:.2f}",
+                v["runs"],
+                v["verdict"],
+            ]
+            for label, v in section["verdicts"].items()
+        ]
+        + [
+            [
+                f"{label}, tiles/s in rounds 1 to {len(points)}",
+                ", ".join(f"{p['infer_per_s']:,.0f}" for p in points),
+                "",
+                "",
+                "",
+            ]
+            for label, points in rounds.items()
+        ],
+    )
+    return {"batcher": at_eight, "batcher_verdicts": verdicts}
+
+
+def _pipeline_table(section: dict) -> str:
+    rows = [
+        [
+            "the script, in process (monolith)",
+            f"{section['monolith_ms']:.1f}",
+            "",
+            "",
+            "",
+        ]
+    ]
+    for label, v in section["deployments"].items():
+        rows.append(
+            [
+                label,
+                f"{v['median_ms']:.1f}",
+                f"{v['min_ms']:.1f}",
+                f"{v['max_ms']:.1f}",
+                v["grey_levels_apart"],
+            ]
+        )
+    return _table(
+        [
+            "deployment",
+            "median ms",
+            "fastest ms",
+            "slowest ms",
+            "grey levels from the monolith",
+        ],
+        rows,
+    )
 
 
 SECTIONS = {
@@ -846,8 +1131,17 @@ SECTIONS = {
     "trace_parity": lambda deadline: trace_parity(),
     "served": served,
     "aoti": lambda deadline: aoti(),
+    "batcher": batcher,
+    "pipeline": pipeline_section,
 }
-NEEDS_CUDA = {"custom_ops", "trace_parity", "served", "aoti"}
+NEEDS_CUDA = {
+    "custom_ops",
+    "trace_parity",
+    "served",
+    "aoti",
+    "batcher",
+    "pipeline",
+}
 
 
 def run(

@@ -26,14 +26,28 @@ def test_the_saved_run_keeps_each_section_of_one_call():
         for run in record["runs"]
         for section in run["kept"]
     }
-    for section in ("custom_ops", "trace_parity", "served", "aoti"):
+    for section in (
+        "custom_ops",
+        "trace_parity",
+        "served",
+        "aoti",
+        "batcher",
+        "pipeline",
+    ):
         assert record[section]["run"] == kept[section]
         assert "error" not in record[section]
 
 
 def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     # The same code as on a GPU, with few samples: what would break there breaks here.
-    sections = ["environment", "custom_ops", "trace_parity", "served"]
+    sections = [
+        "environment",
+        "custom_ops",
+        "trace_parity",
+        "served",
+        "batcher",
+        "pipeline",
+    ]
     done = subprocess.run(
         [
             sys.executable,
@@ -61,4 +75,14 @@ def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     assert served["stub_probe"]["right"], served["stub_probe"]
     assert served["served_max_abs"] == 0.0
     assert set(served["gfpgan_sweeps"]) == {"gfpgan", "gfpgan_batched"}
-    assert "error" not in served["pipeline"], served["pipeline"]
+    pipeline = record["pipeline"]
+    assert set(pipeline["deployments"]) == {
+        "ensemble",
+        "BLS",
+        "one python model",
+    }
+    assert record["batcher"]["max_abs"] < 1e-5
+    assert set(record["batcher"]["at_eight"]) == {
+        "no batcher",
+        "delay 2 ms",
+    }

@@ -6,6 +6,7 @@ Everything here reads a real server; nothing stands in for one.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -18,7 +19,7 @@ from tritonbook.server import SHM_PREFIX
 
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
-           "machine_name", "COUNTERS"]
+           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
 COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
@@ -285,3 +286,19 @@ def machine_name() -> str:
         pass
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return f"{cpu}, {os.cpu_count()} cores, " + (", ".join(gpus) or "no GPU")
+
+
+# The book's saved GPU run: what the GPU script measured on lent GPU machines, shown in
+# book/gpu.md; the chapters read their GPU numbers from it.
+GPU_RUN = Path(__file__).resolve().parent.parent / "book" / "gpu_run.json"
+
+
+def gpu_run() -> dict:
+    """The saved GPU run (``book/gpu_run.json``), each section with the call that made it."""
+    return json.loads(GPU_RUN.read_text())
+
+
+def gpu_device(record: dict, section: str) -> str:
+    """The GPU that ran ``section`` of a saved GPU run."""
+    call = record[section]["run"]
+    return next(run["device"] for run in record["runs"] if run["run"] == call)
