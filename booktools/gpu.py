@@ -563,7 +563,9 @@ def pipeline_section(deadline: float) -> dict:
     model_pt = repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
     size = repository.gfpgan_out_size(model_pt)
     network = torch.jit.load(str(model_pt), map_location=DEVICE).eval()
-    result = {}
+    # Whether cuDNN may round float32 convolutions to TF32 here (PyTorch's
+    # default: yes); book/gpu.md compares runs with it on and off.
+    result = {"cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
     triton = _embedded(result)
     try:
         result.update(_pipeline(triton, network, size))
@@ -642,7 +644,84 @@ def _pipeline(triton, network, size) -> dict:
         entry["min_ms"] = min(timing.seconds) * 1e3
         entry["max_ms"] = max(timing.seconds) * 1e3
         result["deployments"][label] = entry
+    result["steps"] = _pipeline_steps(
+        triton, run_network, picture, reference
+    )
     return result
+
+
+def _pipeline_steps(triton, run_network, picture, reference) -> dict:
+    """Where a served picture departs from the script's: each step served alone,
+    then BLS again, with its network and with face_passthrough (which returns its
+    input)."""
+    import numpy as np
+
+    from tritonbook import pipeline, repository
+    from tritonbook.client import infer
+
+    apart = pipeline.grey_levels_apart
+    detect = infer(
+        triton,
+        "face_detect",
+        {"PIXELS": picture},
+        ["IMAGE", "FACES", "BOXES"],
+        "grpc",
+    )
+    image, faces, boxes = (
+        detect["IMAGE"],
+        detect["FACES"],
+        detect["BOXES"],
+    )
+    local = run_network(faces)
+    served = infer(triton, "gfpgan", {"input__0": faces}, ["output__0"])
+    served = served["output__0"]
+    pasted = infer(
+        triton,
+        "face_paste",
+        {"IMAGE": image, "FACES": local, "BOXES": boxes},
+        ["RESTORED"],
+    )["RESTORED"]
+    steps = {
+        "network_served_vs_local_max_abs": float(
+            np.abs(served - local).max()
+        ),
+        "paste_served_vs_local": apart(
+            pasted, pipeline.paste_faces(image, local, boxes)
+        ),
+        "steps_with_served_network_vs_script": apart(
+            pipeline.paste_faces(image, served, boxes), reference[0]
+        ),
+    }
+    steps["BLS, five calls"] = [
+        apart(
+            infer(
+                triton,
+                "face_restore_bls",
+                {"PIXELS": picture},
+                ["RESTORED"],
+            )["RESTORED"],
+            reference[0],
+        )
+        for _ in range(5)
+    ]
+    config = repository.config_with_network(
+        "face_restore_bls", "face_passthrough"
+    )
+    triton.load("face_restore_bls", config)
+    try:
+        unchanged = pipeline.paste_faces(image, faces, boxes)
+        steps["BLS with face_passthrough vs the script's steps"] = apart(
+            infer(
+                triton,
+                "face_restore_bls",
+                {"PIXELS": picture},
+                ["RESTORED"],
+            )["RESTORED"],
+            unchanged,
+        )
+    finally:
+        triton.load("face_restore_bls")
+    return steps
 
 
 # Chapter 7, section 7: its small network on 64x64 tiles, one instance with no kind
@@ -1030,7 +1109,67 @@ def report(record: dict) -> dict[str, str]:
         tables.update(_batcher_tables(record["batcher"]))
     if "pipeline" in record:
         tables["pipeline"] = _pipeline_table(record["pipeline"])
+    if "pipeline_steps" in record:
+        tables["pipeline_checks"] = _pipeline_checks(record)
     return tables
+
+
+def _pipeline_checks(record: dict) -> str:
+    """Grey levels from the script's picture, for the runs that looked for the
+    source of BLS's difference."""
+
+    def levels(section):
+        return ", ".join(
+            f"{label} {v['grey_levels_apart']}"
+            for label, v in section["deployments"].items()
+        )
+
+    tf32 = record["pipeline_tf32"]
+    steps = record["pipeline_steps"]
+    rows = [
+        [
+            tf32["run"],
+            f"deployments, cuDNN TF32 {state}",
+            levels(tf32[key]),
+        ]
+        for key, state in (("default", "on"), ("cudnn TF32 off", "off"))
+    ]
+    rows.append([steps["run"], "deployments", levels(steps)])
+
+    def shown(value):
+        if isinstance(value, list):
+            return ", ".join(str(v) for v in value)
+        return value
+
+    rows += [
+        [steps["run"], label, shown(steps[key])]
+        for label, key in (
+            ("BLS, five calls", "BLS, five calls"),
+            (
+                "BLS with face_passthrough (returns its input)",
+                "BLS with face_passthrough vs the script's steps",
+            ),
+            (
+                (
+                    "gfpgan served vs in the client, on face_detect's crops "
+                    "(largest difference, not grey levels)"
+                ),
+                "network_served_vs_local_max_abs",
+            ),
+            (
+                (
+                    "face_paste served vs in the client, same faces "
+                    "(grey levels apart)"
+                ),
+                "paste_served_vs_local",
+            ),
+            (
+                "face_detect's crops, gfpgan served, pasted in the client",
+                "steps_with_served_network_vs_script",
+            ),
+        )
+    ]
+    return _table(["call", "what", "grey levels from the script"], rows)
 
 
 def _batcher_tables(section: dict) -> dict[str, str]:
