@@ -327,3 +327,22 @@ def test_degrade_sizes():
         low, target = train_srcnn.degrade(hr, factor)
         assert low.shape[-1] == low_size and target.shape[-1] == target_size
         assert srcnn.bicubic_upscale(low, factor).shape == target.shape
+
+
+def test_to_rgb_takes_a_bgr_tensor_or_image():
+    image = np.zeros((2, 3, 3), np.uint8)
+    image[..., 0] = 10  # blue, first in OpenCV's order
+    assert srcnn.to_rgb(image)[0, 0].tolist() == [0, 0, 10]
+    tensor = srcnn.image_to_tensor(image)
+    assert np.array_equal(srcnn.to_rgb(tensor), srcnn.to_rgb(image))
+
+
+def test_exporter_failure_keeps_the_first_line_and_the_cause_without_colours():
+    report = (
+        "\x1b[1mFailed to export the model\x1b[0m\n\n"
+        "traceback lines\n"
+        "<class 'RuntimeError'>: the reason\n"
+    )
+    first, cause = srcnn.exporter_failure(RuntimeError(report))
+    assert first == "Failed to export the model"
+    assert cause == "<class 'RuntimeError'>: the reason"

@@ -44,7 +44,7 @@ __all__ = [
     "bicubic_upscale", "scales_tensor",
     "SRCNNCheckpointError", "CHECKPOINT_PREFIX", "WEIGHTS_X3", "WEIGHTS_MULTISCALE",
     "load_srcnn_checkpoint", "save_srcnn_checkpoint",
-    "image_to_tensor", "tensor_to_image", "psnr",
+    "image_to_tensor", "tensor_to_image", "to_rgb", "psnr", "exporter_failure",
 ]
 
 # Resize attributes that reproduce torch's bicubic interpolation with align_corners=False.
@@ -329,6 +329,13 @@ def tensor_to_image(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array.transpose(1, 2, 0))
 
 
+def to_rgb(image: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A BGR tensor (as ``tensor_to_image`` takes it) or BGR uint8 image -> RGB uint8, for display."""
+    if isinstance(image, torch.Tensor):
+        image = tensor_to_image(image)
+    return image[:, :, ::-1]
+
+
 def psnr(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> float:
     """Peak signal-to-noise ratio in dB between two images on the 0..255 scale (peak 255).
 
@@ -426,3 +433,15 @@ def psnr_table(runs: Mapping[float, tuple[torch.Tensor, torch.Tensor, torch.Tens
     table = pd.DataFrame(rows).set_index("factor")
     table["gain (dB)"] = table["PSNR SRCNN (dB)"] - table["PSNR bicubic (dB)"]
     return table
+
+
+def exporter_failure(error: BaseException) -> tuple[str, str]:
+    """The first line of a ``torch.onnx.export`` failure and the line naming its cause
+    (the one that starts with ``<class``), without the terminal colour codes the
+    exporter puts in its report."""
+    import re
+
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line]
+    cause = next((line for line in lines if line.startswith("<class")), "")
+    return lines[0], cause
