@@ -692,17 +692,14 @@ def _pipeline_steps(triton, run_network, picture, reference) -> dict:
             pipeline.paste_faces(image, served, boxes), reference[0]
         ),
     }
+
+    def bls_picture():
+        return infer(
+            triton, "face_restore_bls", {"PIXELS": picture}, ["RESTORED"]
+        )["RESTORED"]
+
     steps["BLS, five calls"] = [
-        apart(
-            infer(
-                triton,
-                "face_restore_bls",
-                {"PIXELS": picture},
-                ["RESTORED"],
-            )["RESTORED"],
-            reference[0],
-        )
-        for _ in range(5)
+        apart(bls_picture(), reference[0]) for _ in range(5)
     ]
     config = repository.config_with_network(
         "face_restore_bls", "face_passthrough"
@@ -711,13 +708,7 @@ def _pipeline_steps(triton, run_network, picture, reference) -> dict:
     try:
         unchanged = pipeline.paste_faces(image, faces, boxes)
         steps["BLS with face_passthrough vs the script's steps"] = apart(
-            infer(
-                triton,
-                "face_restore_bls",
-                {"PIXELS": picture},
-                ["RESTORED"],
-            )["RESTORED"],
-            unchanged,
+            bls_picture(), unchanged
         )
     finally:
         triton.load("face_restore_bls")

@@ -26,14 +26,7 @@ def test_the_saved_run_keeps_each_section_of_one_call():
         for run in record["runs"]
         for section in run["kept"]
     }
-    for section in (
-        "custom_ops",
-        "trace_parity",
-        "served",
-        "aoti",
-        "batcher",
-        "pipeline",
-    ):
+    for section in gpu.NEEDS_CUDA:
         assert record[section]["run"] == kept[section]
         assert "error" not in record[section]
 
