@@ -736,14 +736,9 @@ def _small_cnn():
 
     import torch
 
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 16, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 3, 3, padding=1),
-    ).eval()
+    from tritonbook.production import small_cnn
+
+    net = small_cnn()
     buffer = io.BytesIO()
     torch.jit.save(
         torch.jit.trace(net, torch.rand(1, 3, 64, 64)), buffer

@@ -157,3 +157,34 @@ def test_machine_name_names_the_cpu_cores_and_gpus():
     name = production.machine_name()
     assert f"{os.cpu_count()} cores" in name
     assert ("no GPU" in name) == (torch.cuda.device_count() == 0)
+
+
+def test_small_cnn_is_the_same_network_on_every_call_and_keeps_the_image_size():
+    import torch
+
+    first, second = production.small_cnn(), production.small_cnn()
+    for a, b in zip(first.state_dict().values(), second.state_dict().values()):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        out = first(torch.rand(2, 3, 37, 50))
+    assert out.shape == (2, 3, 37, 50)
+
+
+def test_a_server_with_a_small_dev_shm_of_its_own_refuses_a_large_request_and_stays_up():
+    with pytest.raises(ValueError, match="at least 1 MiB"):
+        server.EmbeddedTriton(dev_shm_bytes=4096)
+    config = dict(repository.read_config("face_detect"),
+                  parameters={"FACE_SIZE": {"string_value": "512"}})
+    code = (repository.REPOSITORY / "face_detect" / "1" / "model.py").read_bytes()
+    with server.EmbeddedTriton(dev_shm_bytes=8 * 2**20) as own:
+        own.load("face_detect", config, files={"file:1/model.py": code})
+        before = production.stub_shm(own)
+        assert before["size MiB"] == 8 and before["regions MiB"] == [1.0]
+        small = {"PIXELS": np.zeros((100, 100, 3), np.uint8)}
+        large = {"PIXELS": np.zeros((2000, 2000, 3), np.uint8)}  # 12 MB each way
+        with pytest.raises(InferenceServerException, match="No space left on device"):
+            infer(own, "face_detect", large, ["BOXES"], "grpc")
+        assert own.is_live() and own.process.poll() is None
+        assert infer(own, "face_detect", small, ["BOXES"], "grpc")["BOXES"].shape == (0, 4)
+        # The private /dev/shm is not the machine's: nothing of this server is there.
+        assert production.shm_segments(own.shm_prefix) == []

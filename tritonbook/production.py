@@ -1,5 +1,6 @@
 """Chapter 7's instruments: the Prometheus endpoint, the health endpoints as a load
-balancer reads them, the server's processes and sockets, and shared-memory regions.
+balancer reads them, the server's processes and sockets, and shared-memory regions; and
+the small network its thread and batcher sections load (``small_cnn``).
 
 Everything here reads a real server; nothing stands in for one.
 """
@@ -7,6 +8,7 @@ Everything here reads a real server; nothing stands in for one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -19,7 +21,7 @@ from tritonbook.server import SHM_PREFIX
 
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
-           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device"]
+           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "small_cnn", "stub_shm"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
 COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
@@ -267,6 +269,35 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 def shm_segments(prefix: str = "") -> list[str]:
     """The names in ``/dev/shm`` that start with ``prefix``."""
     return sorted(p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
+
+
+def stub_shm(triton) -> dict:
+    """The ``/dev/shm`` that an embedded server and its python stubs see (their own,
+    with ``dev_shm_bytes``): its size and what is in use, and the size of each stub's
+    region (one per python model instance), all in MiB."""
+    folder = Path(f"/proc/{triton.pid}/root/dev/shm")  # the server's mount namespace
+    usage = os.statvfs(folder)
+    regions = [p.stat().st_size / 2**20 for p in folder.iterdir()
+               if p.name.startswith(triton.shm_prefix)]
+    return {"size MiB": usage.f_blocks * usage.f_frsize / 2**20,
+            "used MiB": (usage.f_blocks - usage.f_bfree) * usage.f_frsize / 2**20,
+            "regions MiB": sorted(regions)}
+
+
+def small_cnn():
+    """Chapter 7's small convolutional network: three 3x3 convolutions, 3 channels in,
+    16 inside, 3 out, so any image size works; seeded, so every call builds the same
+    weights (the chapter on two CPU cores and the book's GPU run load the same network)."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 3, 3, padding=1),
+    ).eval()
 
 
 def machine_name() -> str:

@@ -257,7 +257,9 @@ class EmbeddedTriton(Triton):
     a backend may then fill in what a config leaves out (onnxruntime's inputs, outputs
     and batching, chapter 4). The constructor returns when the server is ready, or with
     ``wait_for="live"`` when it answers at all (chapter 5: a server that keeps running
-    with a model that failed to load is live and not ready)."""
+    with a model that failed to load is live and not ready). ``dev_shm_bytes`` gives the
+    server and its python stubs a ``/dev/shm`` of that size of their own, as ``docker run
+    --shm-size`` does (chapter 7; Docker's default is 64 MB)."""
 
     embedded = True
 
@@ -275,9 +277,12 @@ class EmbeddedTriton(Triton):
         log_verbose: int = 0,
         auto_complete: bool = False,
         wait_for: str = "ready",
+        dev_shm_bytes: int | None = None,
     ):
         if wait_for not in ("ready", "live"):
             raise ValueError(f"wait_for must be 'ready' or 'live', not {wait_for!r}")
+        if dev_shm_bytes is not None and dev_shm_bytes < 1 << 20:
+            raise ValueError(f"dev_shm_bytes must be at least 1 MiB, not {dev_shm_bytes}")
         self.model_repository = Path(model_repository).resolve()
         if not self.model_repository.is_dir():
             raise TritonServerError(f"model repository {self.model_repository} is not a folder")
@@ -329,6 +334,8 @@ class EmbeddedTriton(Triton):
             *(f"--load-model={m}" for m in load_models),
             *extra_args,
         ]
+        if dev_shm_bytes is not None:
+            args = _with_own_dev_shm(args, dev_shm_bytes)
         self.command = args
         self._log_file = open(self.log_path, "wb")
         self.process = subprocess.Popen(
@@ -633,6 +640,29 @@ def shm_regions(prefix: str) -> list[Path]:
 def remove_shm_regions(prefix: str) -> list[str]:
     """Remove the /dev/shm regions named ``prefix...``; return their names."""
     return _unlink(shm_regions(prefix))
+
+
+def _with_own_dev_shm(args: list[str], size: int) -> list[str]:
+    """``args`` run with a ``/dev/shm`` of ``size`` bytes of its own, as ``docker run
+    --shm-size`` gives a container: a tmpfs mounted over ``/dev/shm`` in a private mount
+    namespace (``unshare``; as root, or through a user namespace otherwise). The server
+    and its stubs see only that tmpfs, which goes away with the last of them."""
+    if shutil.which("unshare") is None:
+        raise TritonServerError("dev_shm_bytes needs unshare (util-linux), which is not on PATH")
+    as_root = os.geteuid() == 0
+    probe = subprocess.run(
+        ["unshare", "--mount", *(() if as_root else ("--user", "--map-root-user")),
+         "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+        capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise TritonServerError(
+            "cannot give the server a /dev/shm of its own here (unshare and mount said: "
+            f"{probe.stderr.strip() or probe.returncode}); it needs root or unprivileged "
+            "user namespaces")
+    # exec: the server keeps the process id that Popen returns.
+    mount_then_run = 'mount -t tmpfs -o size="$0" tmpfs /dev/shm && exec "$@"'
+    return ["unshare", "--mount", *(() if as_root else ("--user", "--map-root-user")),
+            "sh", "-c", mount_then_run, str(int(size)), *args]
 
 
 def remove_orphaned_shm_regions() -> list[str]:

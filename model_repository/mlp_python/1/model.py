@@ -16,11 +16,11 @@ import triton_python_backend_utils as pb_utils
 def small_mlp() -> torch.nn.Module:
     # Seeded: every instance, and both variants, hold the same weights.
     torch.manual_seed(0)
-    widths = [256, 1024, 1024, 1024]
+    widths = [256, 2048, 2048, 2048]
     layers = []
     for n_in, n_out in pairwise(widths):
         layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(1024, 16)).eval()
+    return torch.nn.Sequential(*layers, torch.nn.Linear(2048, 16)).eval()
 
 
 class TritonPythonModel:
