@@ -649,11 +649,11 @@ def _with_own_dev_shm(args: list[str], size: int) -> list[str]:
     and its stubs see only that tmpfs, which goes away with the last of them."""
     if shutil.which("unshare") is None:
         raise TritonServerError("dev_shm_bytes needs unshare (util-linux), which is not on PATH")
-    as_root = os.geteuid() == 0
-    probe = subprocess.run(
-        ["unshare", "--mount", *(() if as_root else ("--user", "--map-root-user")),
-         "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-        capture_output=True, text=True)
+    unshare = ["unshare", "--mount"]
+    if os.geteuid() != 0:
+        unshare += ["--user", "--map-root-user"]
+    probe = subprocess.run([*unshare, "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           capture_output=True, text=True)
     if probe.returncode != 0:
         raise TritonServerError(
             "cannot give the server a /dev/shm of its own here (unshare and mount said: "
@@ -661,8 +661,7 @@ def _with_own_dev_shm(args: list[str], size: int) -> list[str]:
             "user namespaces")
     # exec: the server keeps the process id that Popen returns.
     mount_then_run = 'mount -t tmpfs -o size="$0" tmpfs /dev/shm && exec "$@"'
-    return ["unshare", "--mount", *(() if as_root else ("--user", "--map-root-user")),
-            "sh", "-c", mount_then_run, str(int(size)), *args]
+    return [*unshare, "sh", "-c", mount_then_run, str(int(size)), *args]
 
 
 def remove_orphaned_shm_regions() -> list[str]:
