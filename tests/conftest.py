@@ -38,6 +38,21 @@ def wait_until_ready(triton, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def logged(triton, text: str, timeout: float = 10.0) -> bool:
+    """Whether ``text`` reaches the server log within ``timeout`` seconds. A python
+    model's own log lines pass through its stub's message queue and are written by a
+    thread of the server: under load they land a moment after the call that made
+    them returns (a CI run read the log before one had arrived)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while text not in triton.log():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.fixture(scope="session")
 def book_server():
     """One embedded server on the book's model repository, its generated files built."""

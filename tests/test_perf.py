@@ -135,6 +135,23 @@ def test_knee_reads_the_first_rate_where_the_tail_doubles_or_the_queue_grows():
         perf.knee([])
 
 
+def test_the_curve_says_so_when_no_level_settled():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settled = perf.Point("m", "request rate", 100, True, requests=400, infer_per_s=99.0,
+                         p50=1.0, p95=2.0, p99=3.0)
+    unsettled = perf.Point("m", "request rate", 200, False)
+    drawn = perf.plot_latency_throughput({"a": [settled, unsettled]}, "t")
+    assert drawn.axes[0].get_legend() is not None and not drawn.axes[0].texts
+    empty = perf.plot_latency_throughput({"a": [unsettled], "b": [unsettled]}, "t")
+    assert empty.axes[0].get_legend() is None
+    assert [t.get_text() for t in empty.axes[0].texts] == ["no level settled: nothing to draw"]
+    plt.close("all")
+
+
 def test_capacity_of_an_unbatched_level_uses_its_reported_windows():
     # One request per execution in the windows: their own compute (2 + 16 + 2 ms),
     # not the whole run's 25 ms, which a slow start can inflate.

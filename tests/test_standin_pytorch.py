@@ -10,7 +10,7 @@ from tritonclient.utils import InferenceServerException
 
 from tritonbook.client import infer
 from tritonbook.server import TritonServerError
-from conftest import save_torchscript, write_model
+from conftest import logged, save_torchscript, write_model
 
 
 class ScaleThenShift(torch.nn.Module):
@@ -115,15 +115,15 @@ def test_input_naming_precedence(scratch_server, loaded, first, second, conventi
     for protocol in ("http", "grpc"):
         out = infer(scratch_server, model, {first: feeds[first], second: feeds[second]}, ["output__0"], protocol)
         np.testing.assert_array_equal(out["output__0"], EXPECTED)
-    assert f"inputs by {convention}" in scratch_server.log()
+    assert logged(scratch_server, f"inputs by {convention}")
 
 
 def test_a_bad_index_suffix_falls_back_to_config_order_with_the_backends_warning(scratch_server, loaded):
     loaded("names_bad_suffix", two_input_config("image__x", "scale__y"), ScaleThenShift())
     out = infer(scratch_server, "names_bad_suffix", {"image__x": IMAGE, "scale__y": SCALE}, ["output__0"])
     np.testing.assert_array_equal(out["output__0"], EXPECTED)
-    assert ("input 'image__x' or previous input(s) are neither an input argument to the model "
-            "'names_bad_suffix' nor do they follow the <name>__<index> naming convention") in scratch_server.log()
+    assert logged(scratch_server, "input 'image__x' or previous input(s) are neither an input argument to "
+                  "the model 'names_bad_suffix' nor do they follow the <name>__<index> naming convention")
 
 
 def test_outputs_by_index_in_any_config_order(scratch_server, loaded):
@@ -211,5 +211,5 @@ def test_output_mismatches_are_errors_at_inference(scratch_server, loaded, name,
 
 def test_the_load_log_says_it_is_a_stand_in(scratch_server, loaded):
     loaded("announce", one_input_config([("output__0", "TYPE_FP32")]), Identity())
-    assert ("model 'announce' version 1 (announce_0_0) is served by the book's python stand-in for "
-            "the 'pytorch' backend") in scratch_server.log()
+    assert logged(scratch_server, "model 'announce' version 1 (announce_0_0) is served by the book's python "
+                  "stand-in for the 'pytorch' backend")

@@ -409,7 +409,11 @@ def plot_latency_throughput(series: dict[str, Sequence[Point]], title: str):
     ax.set_ylabel("latency (ms)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:  # an empty frame would look like a drawing error
+        ax.text(0.5, 0.5, "no level settled: nothing to draw", ha="center",
+                va="center", transform=ax.transAxes)
     ax.set_title(title)
     fig.tight_layout()
     return fig
