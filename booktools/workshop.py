@@ -221,5 +221,7 @@ FULL_DAY = [
     # One exercise: chapter 6's load runs (measured until their windows agree, with
     # repeated runs for its verdicts) leave room for no second one in eight hours.
     ("chapter", "06_pipelines", 1),
-    ("fixed", "Questions, what to take home", 15),
+    # 10 minutes: chapter 5 grew again (its one-array-per-response lesson); the
+    # breaks stay whole.
+    ("fixed", "Questions, what to take home", 10),
 ]

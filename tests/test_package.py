@@ -86,6 +86,15 @@ def test_each_chapter_names_its_modules_and_model_folders():
         assert _names(named_folders) == folders, chapter.stem
 
 
+def test_each_stored_slowest_cell_is_a_code_cell():
+    # The run stores cells by index; a cell inserted after the run shifts them, and
+    # the workshop guide would then name the wrong section for the slowest cell.
+    for path in [*CHAPTERS, ROOT / "book" / "workshop.ipynb"]:
+        notebook = json.loads(path.read_text())
+        for slow in notebook["metadata"]["tritonbook"].get("slowest_cells", []):
+            assert notebook["cells"][slow["cell"]]["cell_type"] == "code", (path.name, slow)
+
+
 def test_contributing_run_times_are_the_notebooks_own():
     text = (ROOT / "CONTRIBUTING.md").read_text()
     table = dict(re.findall(r"^\| `([\w/]+)` \| ([\d.]+) s", text, re.M))
