@@ -5,8 +5,9 @@ Running the network once per request (``EXECUTE: "loop"``) pays the network's pe
 cost for every request; running it once on the requests concatenated
 (``"concatenate"``) pays it once per execution. Both give each request its own answer.
 ``"loop_one_buffer"`` is a mistake kept for chapter 5 to reproduce: it writes every
-answer into one array kept between calls, and the python backend copies outputs only
-after ``execute`` returns, so the responses of one execution all carry the last answer.
+answer into the first rows of one array kept between calls, and the python backend
+copies outputs only after ``execute`` returns, so in one execution every response but
+the last starts with the last request's rows.
 """
 
 import json
@@ -56,7 +57,7 @@ class TritonPythonModel:
                 outputs = self.network(torch.cat(inputs)).split(sizes)
             elif self.mode == "loop":
                 outputs = [self.network(x) for x in inputs]
-            else:
+            elif self.mode == "loop_one_buffer":
                 # The mistake: every Tensor points into self.buffer, which
                 # the next request overwrites before Triton copies it out.
                 answers = []
