@@ -192,6 +192,26 @@ def test_sweep_table_and_statistics(triton):
     assert stats.loc[0, "compute_infer ms"] > 0
 
 
+def test_executions_wait_for_the_rows_asked_for(triton):
+    import time
+
+    from tritonbook.client import infer
+
+    def rows_held(counts):
+        return sum(size * count for size, count in counts.items())
+
+    before = rows_held(loadgen.executions_by_batch_size(triton, "affine_torchscript"))
+    for _ in range(3):
+        infer(triton, "affine_torchscript", {"input__0": X}, ["output__0"])
+    wanted = before + 3 * len(X)
+    after = loadgen.executions_by_batch_size(triton, "affine_torchscript", rows=wanted)
+    assert rows_held(after) >= wanted
+    # Rows that never come: it gives up at its timeout with what there is.
+    started = time.monotonic()
+    loadgen.executions_by_batch_size(triton, "affine_torchscript", rows=10**9, timeout=0.3)
+    assert 0.3 <= time.monotonic() - started < 5
+
+
 def test_plot_sweeps_draws_both_panels(triton):
     results = loadgen.sweep(triton, "affine_torchscript", {"input__0": X}, ["output__0"], [1, 2],
                             window=0.1, max_windows=4, min_requests=3, progress=False)

@@ -540,15 +540,26 @@ def plot_sweeps(series: dict[str, Sequence[LoadResult]], title: str):
     return fig
 
 
-def executions_by_batch_size(triton, model: str, version: str = "") -> dict[int, int]:
-    """How many times the server ran the model at each batch size, from its statistics."""
-    stats = triton.http().get_inference_statistics(model, version)["model_stats"]
-    counts: dict[int, int] = {}
-    for entry in stats:
-        for row in entry.get("batch_stats", []):
-            size = int(row["batch_size"])
-            counts[size] = counts.get(size, 0) + int(row["compute_infer"]["count"])
-    return dict(sorted(counts.items()))
+def executions_by_batch_size(triton, model: str, version: str = "", *,
+                             rows: int | None = None, timeout: float = 10.0) -> dict[int, int]:
+    """How many times the server ran the model at each batch size, from its statistics.
+
+    With ``rows``, waits (up to ``timeout`` seconds) until the executions hold that many
+    batch rows in all: a backend reports an execution's statistics as its execute call
+    ends, after the responses went out (the python backend's ``PbMetricReporter``,
+    ``src/python_be.cc``), so a client that has every answer can read them early."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = triton.http().get_inference_statistics(model, version)["model_stats"]
+        counts: dict[int, int] = {}
+        for entry in stats:
+            for row in entry.get("batch_stats", []):
+                size = int(row["batch_size"])
+                counts[size] = counts.get(size, 0) + int(row["compute_infer"]["count"])
+        held = sum(size * count for size, count in counts.items())
+        if rows is None or held >= rows or time.monotonic() > deadline:
+            return dict(sorted(counts.items()))
+        time.sleep(0.05)
 
 
 def statistics_table(triton, models: Sequence[str]):
