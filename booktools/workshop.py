@@ -192,9 +192,7 @@ def schedule(plan: list[tuple], book: dict[str, Chapter], start: str = "09:00", 
 
 
 HALF_DAY = [
-    # 5 minutes: the room installed the book before the day (the guide says what);
-    # the day is now full, 480 of 480.
-    ("fixed", "Welcome: what we build, how the book is tested", 5),
+    ("fixed", "Welcome: what we build, how the book is tested", 10),
     ("chapter", "00_environment", None),
     # Chapters 1 to 4 are read at home: the serving chapters build the model files they
     # need from the package, so the day starts at the model repository.
