@@ -10,7 +10,7 @@ book's execution table (``book/_ext/run_times.py``) shows them. What the run cos
 machine is stored beside them, for sizing a shared hub: ``tritonbook.cpu_seconds`` (the
 kernel and every process it waited for: the embedded server, its python stubs,
 perf_analyzer, compilers), ``tritonbook.peak_memory_gib`` (the largest proportional
-set size, PSS, of all the processes this runner started, sampled twice a second; a
+set size, PSS, of all the processes this runner started, sampled every 2 s; a
 server reached through ``TRITON_URL`` is not among them) and ``tritonbook.slowest_cells``
 (the three longest code cells: index in the notebook's cells, seconds). Cells carry no
 execution timestamps, so a re-run changes only the outputs and these fields.
@@ -127,7 +127,10 @@ def pss_bytes(pid: int) -> int:
 class ProcessTreeMemory:
     """The peak summed PSS of this process's descendants, sampled every ``period`` s."""
 
-    def __init__(self, period: float = 0.5):
+    # Reading a process's PSS walks its page tables: for the book's torch processes
+    # that costs the runner about a fifth of a core at two samples a second, time
+    # taken from the measurements the notebook makes.
+    def __init__(self, period: float = 2.0):
         self.period = period
         self.peak_bytes = 0
         self._stop = threading.Event()
