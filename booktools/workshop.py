@@ -215,8 +215,9 @@ FULL_DAY = [
     ("chapter", "02_simplify_forward", 0),
     ("fixed", "Break", 15),
     ("chapter", "03_trace_parity", 1),
-    # 45 minutes: chapter 5 grew to two hours; the day keeps every deployment exercise.
-    ("fixed", "Lunch", 45),
+    # 40 minutes: chapter 5 grew to over two hours (its op-library section last); the
+    # day keeps every deployment exercise and both breaks.
+    ("fixed", "Lunch", 40),
     # Chapter 4 (SRCNN's ONNX export) is read at home: the afternoon serves.
     ("chapter", "05_model_repository", 1),
     ("fixed", "Break", 15),

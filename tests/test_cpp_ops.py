@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -409,3 +415,66 @@ def test_relative_differences_scale_by_the_reference_magnitude():
     zeros = torch.zeros(3)
     assert cpp_ops.largest_differences(lambda t: t * 0, lambda t: t * 0 + 1e-3, [zeros], [zeros],
                                        relative=True)[0] == pytest.approx(1e-3)
+
+
+# The op library of chapter 5: tritonbook::fused_leaky_relu, registered by TORCH_LIBRARY.
+
+@pytest.fixture(scope="module")
+def op_library():
+    """The library, built (or found in the cache) and loaded into this process."""
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler")
+    library = cpp_ops.build_op_library()
+    torch.ops.load_library(str(library))
+    return library
+
+
+class _BiasAct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tensor([0.5, -1.0, 0.0]))
+
+    def forward(self, x):
+        return torch.ops.tritonbook.fused_leaky_relu(x, self.bias)
+
+
+def test_op_library_matches_the_plain_op(op_library):
+    x = torch.randn(2, 3, 4, 4)
+    bias = torch.randn(3)
+    got = torch.ops.tritonbook.fused_leaky_relu(x, bias, 0.2, 2 ** 0.5)
+    torch.testing.assert_close(got, fused_leaky_relu(x, bias))
+    # Its defaults are StyleGAN2's: slope 0.2, gain sqrt(2).
+    torch.testing.assert_close(torch.ops.tritonbook.fused_leaky_relu(x, bias), got)
+
+
+def test_op_library_rejects_bad_input_with_a_clear_error(op_library):
+    with pytest.raises(RuntimeError, match="needs a channel dimension"):
+        torch.ops.tritonbook.fused_leaky_relu(torch.zeros(3), torch.zeros(3))
+    with pytest.raises(RuntimeError, match="one value per channel"):
+        torch.ops.tritonbook.fused_leaky_relu(torch.zeros(2, 3), torch.zeros(4))
+
+
+def test_op_library_is_reused_and_needs_no_python(op_library):
+    assert cpp_ops.build_op_library() == op_library  # the cached build, not a new one
+    if shutil.which("ldd") is None:
+        pytest.skip("no ldd")
+    needed = subprocess.run(["ldd", str(op_library)], capture_output=True, text=True,
+                            check=False).stdout
+    assert "libtorch_cpu" in needed
+    assert "libpython" not in needed and "libtorch_python" not in needed
+
+
+def test_a_saved_call_needs_the_library_in_the_loading_process(op_library, tmp_path):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(_BiasAct()), str(path))
+    load = (f"import json, torch; m = torch.jit.load({str(path)!r}); "
+            "print(json.dumps(m(torch.ones(1, 3)).tolist()))")
+    without = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, check=False)
+    assert without.returncode != 0
+    assert "Unknown builtin op: tritonbook::fused_leaky_relu" in without.stderr
+    with_library = subprocess.run(
+        [sys.executable, "-c", f"import torch; torch.ops.load_library({str(op_library)!r}); {load}"],
+        capture_output=True, text=True, check=False)
+    assert with_library.returncode == 0, with_library.stderr[-2000:]
+    expected = _BiasAct()(torch.ones(1, 3)).tolist()
+    assert json.loads(with_library.stdout)[0] == pytest.approx(expected[0])

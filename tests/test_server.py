@@ -39,6 +39,14 @@ def triton_processes(pgid):
     return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid]
 
 
+def process_states(pgid):
+    """What is left of a server's process group, for a failure message."""
+    out = subprocess.run(["ps", "-eo", "pgid=,pid=,stat=,args="],
+                         capture_output=True, text=True).stdout
+    rows = [line for line in out.splitlines() if line.split()[0] == str(pgid)]
+    return "\n".join(rows) or "none"
+
+
 def wait_gone(pgid, seconds=10.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and triton_processes(pgid):
@@ -230,12 +238,13 @@ def test_every_region_of_a_server_carries_its_prefix_and_stop_removes_them(plus_
         prefix = triton.shm_prefix
         assert prefix.startswith(f"{server.SHM_PREFIX}{os.getpid()}-")
         # One region for each stub: plus_one has one instance.
-        assert len(region_names(prefix)) == 1
+        assert len(region_names(prefix)) == 1, region_names(prefix)
         # A killed stub leaves its region; Triton does not remove it, stop() does.
-        stub = next(pid for pid in triton_processes(triton.pid) if pid != triton.pid)
-        os.kill(stub, signal.SIGKILL)
-    assert wait_gone(triton.pid) == []
-    assert region_names(prefix) == []
+        stubs = [pid for pid in triton_processes(triton.pid) if pid != triton.pid]
+        assert len(stubs) == 1, process_states(triton.pid)
+        os.kill(stubs[0], signal.SIGKILL)
+    assert wait_gone(triton.pid) == [], process_states(triton.pid)
+    assert region_names(prefix) == [], (region_names(prefix), triton.log()[-2000:])
 
 
 def serve_until_refused(url, protocol, stop, outcomes):
@@ -461,3 +470,17 @@ def test_the_wheel_has_one_stub_per_python_and_the_server_uses_this_ones():
     assert line.startswith(f"libpython{version}.so") and "not found" not in line
     other = next(v for v in stubs if v != version)
     assert server.stub_libpython(stubs[other]).startswith(f"libpython{other}.so")
+
+
+def test_extra_environment_puts_search_paths_first_and_sets_the_rest(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libkept.so")
+    monkeypatch.setenv("TRITONBOOK_EXAMPLE", "old")
+    wheel = server._wheel_paths()
+    plain = server._server_environment(wheel)
+    env = server._server_environment(wheel, {"LD_PRELOAD": "/opt/ops/libops.so",
+                                             "LD_LIBRARY_PATH": "/opt/torch/lib",
+                                             "TRITONBOOK_EXAMPLE": "new"})
+    assert env["LD_PRELOAD"] == "/opt/ops/libops.so:/usr/lib/libkept.so"
+    assert env["LD_LIBRARY_PATH"] == "/opt/torch/lib:" + plain["LD_LIBRARY_PATH"]
+    assert env["TRITONBOOK_EXAMPLE"] == "new"  # not a search path: replaced
+    assert server._server_environment(wheel, {}) == plain

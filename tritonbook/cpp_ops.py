@@ -36,6 +36,7 @@ import torch
 from torch.autograd import Function
 
 __all__ = [
+    "build_op_library",
     "load_extension",
     "extension_info",
     "FusedLeakyReLUFunction",
@@ -125,6 +126,61 @@ def load_extension(verbose: bool = False) -> ModuleType:
         )
         _built_cuda = bool(_extension.built_with_cuda())
         return _extension
+
+
+OP_LIBRARY_SOURCE = "fused_leaky_relu_op.cpp"
+OP_LIBRARY_NAME = "libtritonbook_ops.so"
+
+
+def build_op_library(verbose: bool = False) -> Path:
+    """Compile ``csrc/fused_leaky_relu_op.cpp`` into a shared library that registers
+    ``tritonbook::fused_leaky_relu`` with PyTorch, and return its path.
+
+    Built with the C++ compiler directly, the way a library for the container is
+    built (CMake's ``find_package(Torch)`` gives the same flags): against libtorch
+    alone. ``torch.utils.cpp_extension`` would also link ``libtorch_python``, whose
+    symbols only a process with libpython can resolve, so tritonserver could not
+    preload it. The build is kept under ``$TORCH_EXTENSIONS_DIR`` (default
+    ``~/.cache/torch_extensions``) in a folder named by a hash of the source, the
+    compiler command and the torch version, and reused while those stay the same.
+    Loading the library (``torch.ops.load_library``) is left to the caller.
+    """
+    import hashlib
+    import subprocess
+
+    from torch.utils import cpp_extension
+
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        raise RuntimeError(f"cannot build the op library: no C++ compiler ({cxx!r} is not on PATH; "
+                           "install g++, e.g. apt-get install g++)")
+    source = CSRC / OP_LIBRARY_SOURCE
+    abi = int(torch.compiled_with_cxx11_abi())
+    flags = ["-O2", "-fPIC", "-shared", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+             *(f"-I{path}" for path in cpp_extension.include_paths()),
+             str(source),
+             *(f"-L{path}" for path in cpp_extension.library_paths()),
+             "-lc10", "-ltorch_cpu", "-ltorch"]
+    digest = hashlib.sha256(
+        "\0".join([source.read_text(), cxx, *flags, torch.__version__]).encode()).hexdigest()[:16]
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR")
+                or Path.home() / ".cache" / "torch_extensions")
+    library = root / f"tritonbook_op_library_{digest}" / OP_LIBRARY_NAME
+    with _lock:
+        if library.exists():
+            return library
+        library.parent.mkdir(parents=True, exist_ok=True)
+        partial = library.with_suffix(f".{os.getpid()}.part")
+        done = subprocess.run([cxx, *flags, "-o", str(partial)], capture_output=True, text=True,
+                              check=False)
+        if verbose or done.returncode != 0:
+            said = (done.stdout + done.stderr).strip()
+            if done.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise RuntimeError(f"building {OP_LIBRARY_NAME} failed:\n{said[-3000:]}")
+            print(said)
+        partial.replace(library)  # whole or not at all, for a process that reads it
+        return library
 
 
 def extension_info() -> dict[str, object]:

@@ -259,7 +259,10 @@ class EmbeddedTriton(Triton):
     ``wait_for="live"`` when it answers at all (chapter 5: a server that keeps running
     with a model that failed to load is live and not ready). ``dev_shm_bytes`` gives the
     server and its python stubs a ``/dev/shm`` of that size of their own, as ``docker run
-    --shm-size`` does (chapter 7; Docker's default is 64 MB)."""
+    --shm-size`` does (chapter 7; Docker's default is 64 MB). ``environment`` adds
+    variables to the server's environment, which its stubs inherit; ``LD_PRELOAD``,
+    ``LD_LIBRARY_PATH`` and ``PATH`` go in front of what the server already has
+    (chapter 5 preloads an op library this way)."""
 
     embedded = True
 
@@ -278,6 +281,7 @@ class EmbeddedTriton(Triton):
         auto_complete: bool = False,
         wait_for: str = "ready",
         dev_shm_bytes: int | None = None,
+        environment: dict[str, str] | None = None,
     ):
         if wait_for not in ("ready", "live"):
             raise ValueError(f"wait_for must be 'ready' or 'live', not {wait_for!r}")
@@ -343,7 +347,7 @@ class EmbeddedTriton(Triton):
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_server_environment(wheel),
+            env=_server_environment(wheel, environment),
             cwd=self.workdir,
             # Own process group: stop() can reach the python backend stubs too.
             start_new_session=True,
@@ -583,7 +587,11 @@ def _prepare_backends(target: Path) -> Path:
     return target
 
 
-def _server_environment(wheel: _Wheel) -> dict[str, str]:
+# Search paths: a value given for one of these goes in front of what is there.
+_PATH_LISTS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PATH")
+
+
+def _server_environment(wheel: _Wheel, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # The wheel's own shared libraries, then this interpreter's libpython: the stub
     # embeds libpython3.X, and the running Python's copy matches its site-packages.
@@ -597,6 +605,9 @@ def _server_environment(wheel: _Wheel) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     for name in ("TRITON_URL", "TRITON_GRPC_URL"):
         env.pop(name, None)
+    for name, value in (extra or {}).items():
+        before = env.get(name, "") if name in _PATH_LISTS else ""
+        env[name] = os.pathsep.join(p for p in (value, before) if p)
     return env
 
 
