@@ -59,6 +59,22 @@ def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottlenec
         assert ours.throughput == pytest.approx(tool.infer_per_s, rel=0.10), concurrency
 
 
+def test_time_windows_last_as_long_as_asked_and_measure_the_same(paced_server):
+    # 0.5 s windows (perf_analyzer waits 0.6 s) at 1000 / PACE_MS answers a second:
+    # three agreeing windows hold about 3 x 0.6 x CEILING answers, a count window
+    # never less than a second's worth.
+    point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
+                      window_s=0.5)
+    assert point.stable and "--measurement-mode time_windows" in point.command
+    assert "--measurement-interval 500" in point.command
+    assert point.requests == pytest.approx(3 * 0.6 * point.infer_per_s, rel=0.25)
+    assert 0.8 * CEILING < point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
+    counted, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
+                        window_requests=5)
+    assert "--measurement-mode count_windows" in counted.command
+    assert counted.requests >= 3 * 0.9 * CEILING  # three windows of at least 1 s
+
+
 def test_request_rate_runs_with_poisson_arrivals(paced_server):
     # Offered 60 % of what the instance can do: all of it is served, and requests
     # queue now and then, which closed-loop runs at concurrency 1 never show.
@@ -92,6 +108,13 @@ def test_bad_runs_are_clear_errors(paced_server):
         perf.run(paced_server, "no_such_model", {"INPUT__0": X}, concurrency=[1])
     with pytest.raises(ValueError, match="not both"):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], request_rate=[5])
+    with pytest.raises(ValueError, match="window_requests .* or window_s"):
+        perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1],
+                 window_requests=50, window_s=1.0)
+    with pytest.raises(ValueError, match="window_s must be between"):
+        perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], window_s=0)
+    with pytest.raises(ValueError, match="window_requests must be 1 or more"):
+        perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], window_requests=0)
     with pytest.raises(ValueError, match="protocol"):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], protocol="udp")
 
@@ -118,6 +141,20 @@ def test_series_table_joins_the_series_with_their_utilisation():
     assert list(joined["utilisation"]) == pytest.approx([0.5, 0.75, 0.5])
     assert list(perf.series_table(series, 1)["utilisation"]) == pytest.approx([0.5, 1.5, 1.0])
     assert level("a", 1.0).server_ms() == pytest.approx(11.5)
+
+
+def test_layouts_table_counts_threads_per_core_and_each_layouts_utilisation():
+    def level(infer_per_s):  # one request per 10 ms execution: 100/s an instance
+        return perf.Point("m", "concurrency", 4, True, infer_per_s=infer_per_s, p50=40.0,
+                          executions=10, inferences=10, server_requests=10, compute_input=0.0,
+                          compute_infer=10.0, compute_output=0.0)
+    unsettled = perf.Point("m", "concurrency", 4, False)
+    table = perf.layouts_table({(1, 2): level(90.0), (2, 1): level(150.0), (4, 2): unsettled},
+                               cores=2)
+    assert list(table["threads / cores"]) == [1.0, 1.0, 4.0]
+    assert list(table["utilisation"][:2]) == pytest.approx([0.9, 0.75])
+    assert list(table["stable"]) == [True, True, False] and np.isnan(table["infer/s"][2])
+    assert list(table.columns[:3]) == ["instances", "threads each", "threads / cores"]
 
 
 def test_knee_reads_the_first_rate_where_the_tail_doubles_or_the_queue_grows():

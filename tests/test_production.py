@@ -170,6 +170,20 @@ def test_small_cnn_is_the_same_network_on_every_call_and_keeps_the_image_size():
     assert out.shape == (2, 3, 37, 50)
 
 
+def test_small_cnn_onnx_computes_what_the_network_does_at_any_batch_and_size():
+    import onnxruntime
+    import torch
+
+    net = production.small_cnn()
+    session = onnxruntime.InferenceSession(production.small_cnn_onnx(net))
+    assert [i.name for i in session.get_inputs()] == ["input__0"]
+    assert [o.name for o in session.get_outputs()] == ["output__0"]
+    image = torch.rand(3, 3, 29, 41)
+    got = session.run(None, {"input__0": image.numpy()})[0]
+    with torch.no_grad():
+        assert got == pytest.approx(net(image).numpy(), abs=1e-5)
+
+
 def test_a_server_with_a_small_dev_shm_of_its_own_refuses_a_large_request_and_stays_up():
     with pytest.raises(ValueError, match="at least 1 MiB"):
         server.EmbeddedTriton(dev_shm_bytes=4096)

@@ -18,13 +18,21 @@ request (queue, compute input, infer and output, and the rest, "overhead").
     points = perf.run(triton, "srcnn", {"input": low, "factor": scale}, concurrency=[1, 2])
     perf.table(points)
 
-Each point is perf_analyzer's "count_windows" measurement: each window starts at 1 s
-and grows until it holds ``window_requests`` answers (perf_analyzer's measurement docs;
-``--measurement-interval`` does not apply in this mode, so ``TRITONBOOK_WINDOW_S`` does
-not shorten these windows), until the last three agree
-within ``stability`` percent in throughput and in the stabilising latency (p95 by
-default, perf_analyzer's ``--percentile``). A level that never agrees within
-``max_trials`` windows comes back with ``stable=False`` and no numbers.
+Each point is measured in windows until the last three agree within ``stability``
+percent in throughput and in the stabilising latency (p95 by default, perf_analyzer's
+``--percentile``). A level that never agrees within ``max_trials`` windows comes back
+with ``stable=False`` and no numbers. perf_analyzer has two kinds of window (its
+measurement docs):
+
+* count windows (``window_requests``, the default here): a window starts at 1 s and
+  grows until it holds that many answers. Right for slow models: a GFPGAN face takes
+  most of a second, and a window of fixed length could hold none.
+* time windows (``window_s``): a window lasts that long (perf_analyzer waits 1.2 times
+  it). Right for models that answer hundreds of requests a second, where a count window
+  can never be shorter than 1 s and holds ten times the answers it asked for: a level
+  then takes a third of the time.
+
+``TRITONBOOK_WINDOW_S`` (the book's own load generator's window) changes neither.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["Point", "PerfAnalyzerError", "binary", "install", "missing_libraries", "run", "table",
-           "plot_latency_throughput", "capacity"]
+           "plot_latency_throughput", "capacity", "series_table", "layouts_table", "knee"]
 
 # The wheel that carries perf_analyzer for the embedded server's release (r24.10).
 WHEEL = "tritonclient==2.51.0"
@@ -233,7 +241,8 @@ def _write_inputs(folder: Path, inputs: dict[str, np.ndarray], batched: bool) ->
 
 def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         concurrency: Sequence[int] = (), request_rate: Sequence[float] = (),
-        protocol: str = "grpc", batch: int | None = None, window_requests: int = 50, stability: float = 10.0, max_trials: int = 10,
+        protocol: str = "grpc", batch: int | None = None, window_requests: int | None = None,
+        window_s: float | None = None, stability: float = 10.0, max_trials: int = 10,
         percentile: int | None = 95, shared_memory: str = "none",
         output_bytes: int | None = None, max_threads: int | None = None,
         timeout: float = 600.0) -> list[Point]:
@@ -250,7 +259,9 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     when outputs have a variable shape). ``max_threads``: perf_analyzer's sending
     threads (its default is 4 for request rates, each with one request in flight at
     a time, so a high rate on a slow model needs more; a point's ``delayed`` says
-    when it could not keep up).
+    when it could not keep up). ``window_requests`` (count windows, 50 when neither
+    is given) or ``window_s`` (time windows, seconds): the module's docstring says which
+    suits which model.
     """
     if bool(concurrency) == bool(request_rate):
         raise ValueError("give concurrency or request_rate, not both and not neither")
@@ -258,6 +269,19 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
     if shared_memory not in ("none", "system"):
         raise ValueError(f"shared_memory must be 'none' or 'system', not {shared_memory!r}")
+    if window_requests is not None and window_s is not None:
+        raise ValueError("give window_requests (count windows) or window_s (time windows), "
+                         "not both")
+    if window_s is not None and not 0.05 <= window_s <= 60:
+        raise ValueError(f"window_s must be between 0.05 and 60 seconds, not {window_s!r}")
+    if window_requests is not None and window_requests < 1:
+        raise ValueError(f"window_requests must be 1 or more, not {window_requests!r}")
+    if window_s is None:
+        windows = ["--measurement-mode", "count_windows",
+                   "--measurement-request-count", str(window_requests or 50)]
+    else:
+        windows = ["--measurement-mode", "time_windows",
+                   "--measurement-interval", str(round(window_s * 1000))]
     if not binary().exists():
         raise PerfAnalyzerError(f"perf_analyzer is not at {binary()}: run `make venv`")
     mode, levels = (("concurrency", list(concurrency)) if concurrency
@@ -271,8 +295,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         common = [str(binary()), "-m", model, "-u", url, "-i", protocol,
                   "-b", str(batch or 1), "--input-data", str(data),
                   *_write_inputs(data, inputs, batched=batch is not None),
-                  "--measurement-mode", "count_windows",
-                  "--measurement-request-count", str(window_requests),
+                  *windows,
                   "-s", str(stability), "-r", str(max_trials),
                   "--shared-memory", shared_memory]
         if percentile is not None:  # else perf_analyzer stabilises on the mean latency
@@ -368,6 +391,21 @@ def series_table(series: dict[str, Sequence[Point]], instances: int | dict[str, 
     joined["utilisation"] = [p.infer_per_s / capacity(p, count(p.model))
                              for points in series.values() for p in points]
     return joined
+
+
+def layouts_table(layouts: dict[tuple[int, int], Point], cores: int):
+    """A thread grid's table: one row per layout, ``{(instances, threads each): point}``,
+    with the threads it runs per core and its ``utilisation`` (throughput over what
+    that many serial instances can deliver at the compute time the server reported)."""
+    import pandas as pd
+
+    rows = [{"instances": count, "threads each": threads,
+             "threads / cores": count * threads / cores,
+             "stable": point.stable, "requests": point.requests,
+             "infer/s": point.infer_per_s, "p50 ms": point.p50,
+             "utilisation": point.infer_per_s / capacity(point, count)}
+            for (count, threads), point in layouts.items()]
+    return pd.DataFrame(rows)
 
 
 def knee(points: Sequence[Point]) -> str:

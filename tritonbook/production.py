@@ -21,7 +21,8 @@ from tritonbook.server import SHM_PREFIX
 
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
-           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "small_cnn", "stub_shm"]
+           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "small_cnn", "small_cnn_onnx",
+           "stub_shm"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
 COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
@@ -298,6 +299,25 @@ def small_cnn():
         torch.nn.ReLU(),
         torch.nn.Conv2d(16, 3, 3, padding=1),
     ).eval()
+
+
+def small_cnn_onnx(net) -> bytes:
+    """``net`` (``small_cnn()``) as an ONNX file, ready for ``Triton.load(files=...)``:
+    inputs and outputs named as the PyTorch backend names them (``input__0``,
+    ``output__0``), so one config serves both forms, with batch, height and width free.
+    The TorchScript-based exporter (``dynamo=False``, deprecated since PyTorch 2.9):
+    for three convolutions it writes the same graph in a fraction of the time and
+    prints nothing into the chapter; chapter 4 shows the torch.export-based one."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    free = {0: "batch", 2: "height", 3: "width"}
+    torch.onnx.export(net, (torch.rand(1, 3, 64, 64),), buffer, dynamo=False,
+                      input_names=["input__0"], output_names=["output__0"],
+                      dynamic_axes={"input__0": free, "output__0": free})
+    return buffer.getvalue()
 
 
 def machine_name() -> str:
