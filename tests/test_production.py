@@ -1,7 +1,11 @@
 """Chapter 7's instruments against a real embedded server of their own: metrics, health,
 a killed python stub, sockets, shared memory."""
 
+import platform
 import signal
+import subprocess
+import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -202,3 +206,58 @@ def test_a_server_with_a_small_dev_shm_of_its_own_refuses_a_large_request_and_st
         assert infer(own, "face_detect", small, ["BOXES"], "grpc")["BOXES"].shape == (0, 4)
         # The private /dev/shm is not the machine's: nothing of this server is there.
         assert production.shm_segments(own.shm_prefix) == []
+
+
+def test_stub_python_is_the_python_that_runs_the_embedded_server(triton):
+    # The embedded server runs the wheel's stub for this Python (tritonbook.server).
+    assert production.stub_python(triton) == {
+        "version": platform.python_version(), "base_prefix": sys.base_prefix}
+    assert not triton.model_ready("python_probe")  # unloaded again
+
+
+TWICE = "def twice(x):\n    return 2 * x\n"
+TWICE_MODEL = b"""
+import triton_python_backend_utils as pb_utils
+from twice import twice
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", twice(pb_utils.get_input_tensor_by_name(r, "X").as_numpy()))]) for r in requests]
+"""
+
+
+def test_a_packed_environment_activates_wherever_it_is_unpacked(tmp_path):
+    archive = repository.pack_python_environment(tmp_path / "env.tar.gz", {"twice": TWICE})
+    unpacked = tmp_path / "somewhere" / "else"
+    with tarfile.open(archive) as packed:
+        packed.extractall(unpacked, filter="tar")
+    # As the backend does: bash sources bin/activate, then the first python3 on PATH.
+    done = subprocess.run(
+        ["bash", "-c", (f"source {unpacked}/bin/activate && python3 -c "
+                        "'import sys, numpy, twice; print(sys.prefix); print(twice.twice(21))'")],
+        capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(unpacked), "42"]
+
+
+def test_a_model_serves_the_module_of_its_packed_environment(tmp_path):
+    archive = repository.pack_python_environment(tmp_path / "env.tar.gz", {"twice": TWICE})
+    config = {"backend": "python", "max_batch_size": 0,
+              "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1]}],
+              "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [-1]}],
+              "parameters": {"EXECUTION_ENV_PATH": {
+                  "string_value": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}}}
+    files = {"file:1/model.py": TWICE_MODEL, "file:env.tar.gz": archive.read_bytes()}
+    before = set(Path("/tmp").glob("python_env_*"))
+    # A server of its own: the module's server ends on Triton's exit timeout (a killed
+    # stub), and a server that exits that way leaves the unpacked environment behind.
+    with server.EmbeddedTriton() as own:
+        own.load("packed_twice", config, files=files)
+        x = np.array([1.5, -2.0], dtype=np.float32)
+        np.testing.assert_array_equal(infer(own, "packed_twice", {"X": x}, ["Y"])["Y"], 2 * x)
+    # A server that stops cleanly removes what it unpacked (other servers, of tests
+    # running beside this one, may have made folders of their own meanwhile).
+    left = [folder for folder in set(Path("/tmp").glob("python_env_*")) - before
+            if list(folder.glob("*/lib/python*/site-packages/twice.py"))]
+    assert not left, left

@@ -75,14 +75,19 @@ def _cuda_toolkit() -> tuple[str | None, str]:
     return str(nvcc), ""
 
 
+def _missing_compiler() -> str | None:
+    """What to install when the C++ compiler (``$CXX``, else ``c++``) is not on PATH."""
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is not None:
+        return None
+    source = "named by $CXX" if "CXX" in os.environ else "the compiler torch uses when $CXX is not set"
+    return f"a C++ compiler ({cxx!r}, {source}, is not on PATH; install g++, e.g. apt-get install g++)"
+
+
 def _missing_tools() -> list[str]:
     from torch.utils import cpp_extension
 
-    missing = []
-    cxx = os.environ.get("CXX", "c++")
-    if shutil.which(cxx) is None:
-        source = "named by $CXX" if "CXX" in os.environ else "the compiler torch uses when $CXX is not set"
-        missing.append(f"a C++ compiler ({cxx!r}, {source}, is not on PATH; install g++, e.g. apt-get install g++)")
+    missing = [compiler] if (compiler := _missing_compiler()) else []
     if not cpp_extension.is_ninja_available():
         missing.append("ninja (the build tool torch.utils.cpp_extension.load uses; pip install ninja "
                        "or apt-get install ninja-build)")
@@ -150,10 +155,9 @@ def build_op_library(verbose: bool = False) -> Path:
 
     from torch.utils import cpp_extension
 
+    if (missing := _missing_compiler()) is not None:
+        raise RuntimeError(f"cannot build the op library: missing {missing}")
     cxx = os.environ.get("CXX", "c++")
-    if shutil.which(cxx) is None:
-        raise RuntimeError(f"cannot build the op library: no C++ compiler ({cxx!r} is not on PATH; "
-                           "install g++, e.g. apt-get install g++)")
     source = CSRC / OP_LIBRARY_SOURCE
     abi = int(torch.compiled_with_cxx11_abi())
     flags = ["-O2", "-fPIC", "-shared", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",

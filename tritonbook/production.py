@@ -22,7 +22,7 @@ from tritonbook.server import SHM_PREFIX
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
            "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "small_cnn", "small_cnn_onnx",
-           "stub_shm"]
+           "stub_shm", "stub_python"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
 COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
@@ -283,6 +283,46 @@ def stub_shm(triton) -> dict:
     return {"size MiB": usage.f_blocks * usage.f_frsize / 2**20,
             "used MiB": (usage.f_blocks - usage.f_bfree) * usage.f_frsize / 2**20,
             "regions MiB": sorted(regions)}
+
+
+# A python model that answers which Python runs it: the stub's.
+_PYTHON_PROBE = b"""
+import json
+import platform
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        python = {"version": platform.python_version(), "base_prefix": sys.base_prefix}
+        answer = np.array([json.dumps(python).encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PYTHON", answer)]) for _ in requests]
+"""
+
+
+def stub_python(triton, model: str = "python_probe") -> dict[str, str]:
+    """Which Python ``triton``'s python backend stub runs: its ``version`` (``3.11.7``)
+    and ``base_prefix`` (where that Python is installed), asked of the server itself: a
+    probe model is uploaded through the load API, asked once and unloaded. Works for any
+    server that accepts the load API, the container included (its stub runs the image's
+    Python, not the client's). A venv made here serves a model there only if both match
+    (``repository.pack_python_environment``)."""
+    import numpy as np
+
+    from tritonbook.client import infer
+
+    config = {"backend": "python", "max_batch_size": 0,
+              "input": [{"name": "ASK", "data_type": "TYPE_BOOL", "dims": [1]}],
+              "output": [{"name": "PYTHON", "data_type": "TYPE_STRING", "dims": [1]}]}
+    triton.load(model, config, files={"file:1/model.py": _PYTHON_PROBE})
+    try:
+        answer = infer(triton, model, {"ASK": np.array([True])}, ["PYTHON"])
+    finally:
+        triton.unload(model)
+    return json.loads(answer["PYTHON"][0])
 
 
 def small_cnn():

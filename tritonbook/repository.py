@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import tarfile
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
@@ -262,6 +265,59 @@ BUILDERS: dict[str, list[tuple[str, Callable[[Path], None]]]] = {
     # Two versions of one model: x3-only weights (1), then multi-scale weights (2).
     "srcnn_versions": [("1/model.onnx", build_srcnn_x3_onnx), ("2/model.onnx", build_srcnn_onnx)],
 }
+
+
+def pack_python_environment(archive: str | os.PathLike, modules: dict[str, str],
+                            packages: Iterable[str] = ("numpy",)) -> Path:
+    """A Python environment for a python model's ``EXECUTION_ENV_PATH``, packed as
+    ``archive`` (``.tar.gz``), and its path.
+
+    The environment is a venv of the Python that runs this code, made without pip so that
+    nothing is downloaded: ``packages`` (distribution names) are copied from this Python's
+    site-packages, file by file as their metadata lists them, and each of ``modules``
+    (name -> source) is written as ``name.py``. numpy is the default because the python
+    backend's ``triton_python_backend_utils`` imports it and a venv does not see its base
+    Python's packages. The archive holds ``bin/activate``, which the backend sources
+    before it starts the stub; venv's script names the folder it was made in, so it is
+    rewritten to find its folder from its own location (bash only, as the backend runs it).
+
+    A venv names its base Python by absolute path (``home`` in ``pyvenv.cfg``; ``bin/python``
+    is a link to it), so the archive serves where that Python exists: on this machine, the
+    embedded server. For another machine or a container, build the environment there, with
+    the Python of the server's stub, or pack a conda environment with conda-pack, which
+    carries its own interpreter.
+    """
+    from importlib import metadata
+
+    archive = Path(archive)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    with tempfile.TemporaryDirectory(prefix="tritonbook-env-") as scratch:
+        env = Path(scratch) / "env"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+        # venv writes its own folder into bin/activate by absolute path. Unpacked
+        # elsewhere, that script would put a missing folder on PATH, and the stub, which
+        # finds its prefix through the first python3 on PATH, would run the base Python
+        # without the environment's packages. The backend sources the script with bash,
+        # so it can find its folder from its own location instead, as conda-pack's does.
+        activate = env / "bin" / "activate"
+        here = '$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)'
+        activate.write_text(activate.read_text().replace(str(env), here))
+        site = env / "lib" / version / "site-packages"
+        for name in packages:
+            distribution = metadata.distribution(name)
+            for file in distribution.files or []:
+                source = Path(distribution.locate_file(file))
+                if source.is_file() and not file.parts[0].startswith(".."):
+                    target = site / file
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, target)
+        for name, source in modules.items():
+            (site / f"{name}.py").write_text(source)
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        # Level 1: the archive is packed once and read once; smaller buys little.
+        with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+            tar.add(env, arcname=".")
+    return archive
 
 
 def model_names(repository: str | os.PathLike = REPOSITORY) -> list[str]:
