@@ -1,6 +1,7 @@
 """The pytorch stand-in follows the libtorch backend's contract (FACTS.md §2)."""
 
 import concurrent.futures
+import time
 from typing import List, Tuple
 
 import numpy as np
@@ -145,7 +146,14 @@ def test_dynamic_batching_concatenates_requests_and_splits_outputs(scratch_serve
             lambda x: infer(scratch_server, "batched_identity", {"input__0": x}, ["output__0"], "grpc"), requests))
     for x, out in zip(requests, results):
         np.testing.assert_array_equal(out["output__0"], x)  # each request got its own rows back
-    stats = scratch_server.http().get_inference_statistics("batched_identity")["model_stats"][0]
+    # Triton records statistics just after it sends the answers (client.request_counts):
+    # read until all 8 rows are counted, or 10 s have passed.
+    deadline = time.monotonic() + 10
+    while True:
+        stats = scratch_server.http().get_inference_statistics("batched_identity")["model_stats"][0]
+        if int(stats["inference_count"]) >= 8 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert stats["inference_count"] == 8
     assert stats["execution_count"] < 4, "the 200 ms queue delay should have merged requests"
 
