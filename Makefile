@@ -39,7 +39,7 @@ TORCH_INDEX ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-navigator.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The pinned torch from TORCH_INDEX first, when set; requirements.txt's torch==
@@ -47,6 +47,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet \
 	    --index-url $(TORCH_INDEX) "$$(grep '^torch==' requirements.txt)")
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	# Model Navigator without its declared dependencies (the file says why).
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-navigator.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	# perf_analyzer, NVIDIA's load generator, from the tritonclient 2.51.0 wheel
 	# (tritonbook/perf.py says why that one).

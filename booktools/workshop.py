@@ -36,6 +36,7 @@ OBJECTIVES = {
     "05_model_repository": "write config.pbtxt, load it, and measure what a setting buys",
     "06_pipelines": "wire one pipeline as ensemble, BLS and one model, and compare them",
     "07_production": "warm up, watch, tune, lock down and scale a Triton server",
+    "08_model_navigator": "run Model Navigator on the book's models and read what it checks",
 }
 
 

@@ -44,7 +44,7 @@ def test_committed_plans_fit_their_days(book):
     # The full day leaves chapter 4 (read at home) and chapter 7 (a second morning) out,
     # as the workshop guide says.
     planned = {name for kind, name, _ in workshop.FULL_DAY if kind == "chapter"}
-    assert set(book) - planned == {"04_dynamic_onnx_resize", "07_production"}
+    assert set(book) - planned == {"04_dynamic_onnx_resize", "07_production", "08_model_navigator"}
     assert sum("exercises" in what for what in full["what"]) == len(planned) - 1
 
 

@@ -1,0 +1,140 @@
+"""tritonbook.navigator: quiet runs of Model Navigator, and what its workspace says."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tritonbook import navigator
+
+
+def test_quiet_sends_python_and_child_process_output_to_the_log(
+    tmp_path, capfd
+):
+    log = tmp_path / "run.log"
+    with navigator.quiet(log):
+        print("from print")
+        os.write(2, b"from file descriptor 2\n")
+        subprocess.run(
+            [sys.executable, "-c", "print('from a child')"], check=True
+        )
+    print("after the block")
+    written = log.read_text()
+    assert "from print" in written
+    assert "from file descriptor 2" in written
+    assert "from a child" in written
+    seen = capfd.readouterr()
+    assert seen.out == "after the block\n"
+    assert "from" not in seen.err
+
+
+def test_first_errors_names_the_cause_not_the_navigators_wrapper(
+    tmp_path,
+):
+    (tmp_path / "navigator.log").write_text(
+        "x | INFO | ===== Command 'ExportTorch2ONNX' started =====\n"
+        "Traceback (most recent call last):\n"
+        "TypeError: upsample_bicubic2d(): argument 'scale_factors' must be tuple\n"
+        "torch.onnx._internal.exporter._errors.TorchExportError: Failed to export\n"
+        "model_navigator.exceptions.ModelNavigatorUserInputError: Command to reproduce"
+        " error: /bin/bash onnx/reproduce_export.sh\n"
+        "x | INFO | ===== Command 'ExportTorch2TorchScript' started =====\n"
+        "RuntimeError: \n"
+        "Arguments for call are not valid.\n"
+        "model_navigator.exceptions.ModelNavigatorUserInputError: Command to reproduce"
+        " error: /bin/bash torchscript-script/reproduce_export.sh\n"
+    )
+    assert navigator.first_errors(tmp_path) == {
+        ("onnx", "ExportTorch2ONNX"): (
+            "TypeError: upsample_bicubic2d(): argument 'scale_factors' must be tuple"
+        ),
+        ("torchscript-script", "ExportTorch2TorchScript"): (
+            "RuntimeError: Arguments for call are not valid."
+        ),
+    }
+
+
+def test_config_differences_lists_only_the_fields_that_differ():
+    ours = {
+        "platform": "onnxruntime_onnx",
+        "max_batch_size": 0,
+        "input": [
+            {
+                "name": "input",
+                "data_type": "TYPE_FP32",
+                "dims": [1, 3, -1, -1],
+            }
+        ],
+        "instance_group": [{"kind": "KIND_CPU", "count": 2}],
+    }
+    theirs = dict(
+        ours,
+        platform=None,
+        backend="onnxruntime",
+        max_batch_size=2,
+        dynamic_batching={},
+    )
+    fields = {
+        row["field"]: row
+        for row in navigator.config_differences(ours, theirs)
+    }
+    assert set(fields) == {
+        "platform",
+        "backend",
+        "max_batch_size",
+        "dynamic_batching",
+    }
+    assert fields["max_batch_size"]["navigator"] == 2
+    assert fields["dynamic_batching"]["navigator"] == "{}"
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="reads what the CPU path reports"
+)
+def test_summary_of_a_real_run_on_the_cpu(tmp_path):
+    nav = pytest.importorskip("model_navigator")
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()
+    ).eval()
+    samples = [torch.rand(1, 3, 8, 8) for _ in range(2)]
+    semaphores = {
+        name
+        for name in os.listdir("/dev/shm")
+        if name.startswith("sem.mp-")
+    }
+    with navigator.quiet(tmp_path / "run.log"):
+        nav.torch.optimize(
+            model=model,
+            dataloader=samples,
+            workspace=tmp_path / "workspace",
+            target_device=nav.DeviceKind.CPU,
+            target_formats=(nav.Format.ONNX,),
+            runners=("TorchCPU", "OnnxCPU"),
+            optimization_profile=nav.OptimizationProfile(
+                max_batch_size=1,
+                throughput_cutoff_threshold=None,
+                stability_percentage=100,
+            ),
+        )
+    # Under the navigator's spawn start method each lock is a named semaphore, which a
+    # killed process would leave behind; quiet() closes the run's own.
+    left = {
+        name
+        for name in os.listdir("/dev/shm")
+        if name.startswith("sem.mp-")
+    }
+    assert not left - semaphores
+    rows = {
+        row["format"]: row
+        for row in navigator.summary(tmp_path / "workspace")
+    }
+    assert rows["onnx"]["export"] == "OK"
+    assert rows["onnx"]["correctness"] == "OK"
+    assert rows["onnx"]["profiling"] == "OK"
+    # A PyTorch without CUDA: the torch runner's profiling calls torch.cuda.synchronize().
+    assert rows["torch"]["profiling"] == "FAIL"
+    assert rows["torch"]["first error"].startswith(
+        "AssertionError: Torch not compiled with CUDA"
+    )

@@ -1,0 +1,216 @@
+"""Triton Model Navigator on the CPU, for the appendix that sets it beside the chapters.
+
+Model Navigator (``triton-model-navigator`` 0.14.0, ``requirements-navigator.txt``)
+exports a PyTorch model to several formats, checks and profiles each, and writes
+a Triton model folder. It logs a great deal, from this process and from the child
+processes it starts; ``quiet`` sends all of it to a file, and ``summary`` reads back
+from its workspace what each format did, with the first error that stopped it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+__all__ = ["config_differences", "first_errors", "quiet", "summary"]
+
+# A Python exception's last line, e.g. "TypeError: ...", not the navigator's wrappers.
+_ERROR = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>\w*(?:Error|Exception)): ?(?P<text>.*)$"
+)
+_WRAPPERS = (
+    "ModelNavigator",
+    "TorchExportError",
+    "ConversionError",
+    "GraphConstructionError",
+)
+_STARTED = re.compile(r"Command '(?P<command>\w+)' started")
+_REPRODUCE = re.compile(r"reproduce error: /bin/bash (?P<key>[\w-]+)/")
+
+
+@contextlib.contextmanager
+def quiet(log: str | os.PathLike):
+    """Send everything written to file descriptors 1 and 2 inside the block to ``log``:
+    the navigator's own messages, its child processes' and the exporters' warnings."""
+    import rich.jupyter
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # In a notebook, rich (the navigator's progress report) draws into the page
+    # itself, not into a stream: its text goes to the log too.
+    draw = rich.jupyter.display
+    rich.jupyter.display = lambda segments, text: sys.stdout.write(text)
+    saved = os.dup(1), os.dup(2)
+    with open(log, "a") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        try:
+            with (
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(out),
+            ):
+                yield
+        finally:
+            out.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            rich.jupyter.display = draw
+            _close_log_sinks()
+
+
+def _close_log_sinks() -> None:
+    """Release the named semaphores that a run leaves in /dev/shm.
+
+    The navigator sets multiprocessing's start method to spawn, and under spawn a lock
+    is a named semaphore that stays in /dev/shm until the lock is closed, not merely
+    until the process ends if that process is killed (as a notebook's kernel is). Its
+    log sinks hold such locks (the next run opens its own again), and so does tqdm's
+    class-wide lock, made by the exporter's progress bar (tqdm makes a new one when it
+    needs it)."""
+    import gc
+
+    from loguru import logger
+    from tqdm.std import TqdmDefaultWriteLock, tqdm
+
+    logger.remove()
+    for owner, name in (
+        (tqdm, "_lock"),
+        (TqdmDefaultWriteLock, "mp_lock"),
+    ):
+        if name in vars(owner):
+            delattr(owner, name)
+    gc.collect()
+
+
+def first_errors(
+    workspace: str | os.PathLike,
+) -> dict[tuple[str, str], str]:
+    """(model key, command) -> the first exception that command met, from the
+    workspace's ``navigator.log``: the cause, not the navigator's wrapper around it."""
+    found: dict[tuple[str, str], str] = {}
+    command, first = None, None
+    lines = (
+        (Path(workspace) / "navigator.log")
+        .read_text(errors="replace")
+        .splitlines()
+    )
+    for index, line in enumerate(lines):
+        started = _STARTED.search(line)
+        if started:
+            command, first = started["command"], None
+            continue
+        error = _ERROR.match(line)
+        if (
+            error
+            and first is None
+            and not error["name"].startswith(_WRAPPERS)
+        ):
+            text = error["text"].strip()
+            # Some errors put their message on the next line.
+            if not text and index + 1 < len(lines):
+                text = lines[index + 1].strip()
+            first = f"{error['name']}: {text}"
+        reproduce = _REPRODUCE.search(line)
+        if reproduce and command and first:
+            found.setdefault((reproduce["key"], command), first)
+        # A profiling run that found nothing names no script to reproduce it.
+        if "No profiling results found" in line and command and first:
+            found.setdefault(("", command), first)
+    return found
+
+
+def summary(workspace: str | os.PathLike) -> list[dict]:
+    """One row per format the navigator tried: did the export, the correctness check
+    and the profiling pass; the largest difference the check recorded; why a step
+    failed (its first exception, shortened)."""
+    status = yaml.safe_load(
+        (Path(workspace) / "status.yaml").read_text()
+    )
+    errors = first_errors(workspace)
+    rows = []
+    for key, model in status["models_status"].items():
+        exports = model.get("status") or {}
+        export = (
+            "OK"
+            if not exports
+            else ", ".join(sorted(set(exports.values())))
+        )
+        for runner, state in model["runners_status"].items():
+            steps = state["status"]
+            tolerance = (
+                state.get("result", {}).get("Correctness") or {}
+            ).get("per_output_tolerance") or []
+            why = [
+                errors.get((key, command))
+                for command in (*exports, "Correctness")
+            ]
+            if steps.get("Performance") == "FAIL":
+                why.append(
+                    errors.get((key, "Performance"))
+                    or errors.get(("", "Performance"))
+                )
+            reason = next((w for w in why if w), "")
+            rows.append(
+                {
+                    "format": key,
+                    "runner": runner,
+                    "export": export,
+                    "correctness": steps.get("Correctness"),
+                    "profiling": steps.get("Performance"),
+                    "largest difference": max(
+                        (t["atol"] for t in tolerance), default=None
+                    ),
+                    "first error": reason[:110],
+                }
+            )
+    return rows
+
+
+def config_differences(
+    ours: dict,
+    theirs: dict,
+    fields=(
+        "platform",
+        "backend",
+        "max_batch_size",
+        "input",
+        "output",
+        "instance_group",
+        "dynamic_batching",
+    ),
+) -> list[dict]:
+    """The fields where two model configs (as the server reports them) differ."""
+
+    def shown(config, field):
+        value = config.get(field)
+        if field in ("input", "output") and value:
+            value = ", ".join(
+                f"{io['name']} {io['data_type'].removeprefix('TYPE_')} {io['dims']}"
+                for io in value
+            )
+        elif field == "instance_group" and value:
+            value = ", ".join(
+                f"{g.get('kind', 'KIND_AUTO')} x{g.get('count', 1)}"
+                for g in value
+            )
+        elif isinstance(value, dict):
+            value = json.dumps(value, separators=(", ", ": "))
+        return value
+
+    return [
+        {
+            "field": field,
+            "hand-written": shown(ours, field),
+            "navigator": shown(theirs, field),
+        }
+        for field in fields
+        if shown(ours, field) != shown(theirs, field)
+    ]
