@@ -793,6 +793,135 @@ def pipeline_load(deadline: float) -> dict:
     return result
 
 
+def navigator_section(deadline: float) -> dict:
+    """The Model Navigator appendix with the CUDA runners: SRCNN at x3 through each
+    format, profiled (its torch runners cannot be on a CPU-only PyTorch), the folder
+    it writes, and GFPGAN's default reference (autocast) against float32 eager."""
+    import shutil
+    import tempfile
+
+    import model_navigator as nav
+    import numpy as np
+    import torch
+    import yaml
+
+    from tritonbook import navigator, srcnn
+    from tritonbook.gfpgan import GFPGANForDeploy, build_gfpgan
+
+    torch.set_grad_enabled(False)
+    kind = "CPU" if DRY else "CUDA"
+    target = nav.DeviceKind.CPU if DRY else nav.DeviceKind.CUDA
+    runners = tuple(
+        f"{name}{kind}"
+        for name in (
+            "Torch",
+            "TorchScript",
+            "Onnx",
+            "TorchExportedProgram",
+        )
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="tritonbook-navigator-"))
+    result = {"navigator": nav.__version__}
+    try:
+        static = srcnn.load_srcnn_checkpoint(
+            srcnn.WEIGHTS_MULTISCALE, srcnn.SRCNNStatic(upscale_factor=3)
+        ).to(DEVICE)
+        g = torch.Generator().manual_seed(1)
+        sizes = [
+            (torch.rand(1, 3, s, s, generator=g) * 255).to(DEVICE)
+            for s in (24, 32)
+        ]
+        with navigator.quiet(workdir / "srcnn.log"):
+            package = nav.torch.optimize(
+                model=static,
+                dataloader=sizes,
+                workspace=workdir / "srcnn",
+                target_device=target,
+                target_formats=(
+                    nav.Format.TORCHSCRIPT,
+                    nav.Format.ONNX,
+                    nav.Format.TORCH_EXPORTEDPROGRAM,
+                ),
+                runners=runners,
+                # Its own profiling, up to batch 64 (time on the lent machine).
+                optimization_profile=nav.OptimizationProfile(
+                    max_batch_size=2 if DRY else 64,
+                    stability_percentage=100 if DRY else 10,
+                ),
+            )
+        result["srcnn"] = navigator.summary(workdir / "srcnn")
+        status = yaml.safe_load(
+            (workdir / "srcnn" / "status.yaml").read_text()
+        )
+        result["srcnn_profiles"] = {
+            f"{key} {runner}": [
+                {
+                    "batch": r["batch_size"],
+                    "throughput": r["throughput"],
+                    "p50_ms": r["p50_latency"],
+                }
+                for r in (
+                    (
+                        state.get("result", {}).get("Performance") or {}
+                    ).get("profiling_results")
+                    or []
+                )
+            ]
+            for key, model in status["models_status"].items()
+            for runner, state in model["runners_status"].items()
+        }
+        try:
+            nav.triton.model_repository.add_model_from_package(
+                workdir / "repository", "srcnn_x3_navigator", package
+            )
+            result["srcnn_config"] = (
+                workdir
+                / "repository"
+                / "srcnn_x3_navigator"
+                / "config.pbtxt"
+            ).read_text()
+        except Exception as exc:  # noqa: BLE001 (what it says is the result)
+            result["srcnn_config"] = f"{type(exc).__name__}: {exc}"
+        gfpgan = (
+            GFPGANForDeploy(build_gfpgan(out_size=64, narrow=0.25))
+            .eval()
+            .to(DEVICE)
+        )
+        g = torch.Generator().manual_seed(0)
+        faces = [
+            (torch.rand(1, 3, 64, 64, generator=g) * 2 - 1).to(DEVICE)
+            for _ in range(2)
+        ]
+        # Before the run: the navigator moves the model to the CPU afterwards.
+        eager = [gfpgan(face).cpu().numpy() for face in faces]
+        with navigator.quiet(workdir / "gfpgan.log"):
+            nav.torch.optimize(
+                model=gfpgan,
+                dataloader=faces,
+                workspace=workdir / "gfpgan",
+                target_device=target,
+                target_formats=(nav.Format.TORCHSCRIPT,),
+                runners=(f"TorchScript{kind}",),
+                batching=False,
+                custom_configs=[
+                    nav.TorchScriptConfig(jit_type=(nav.JitType.TRACE,))
+                ],
+            )
+        result["gfpgan"] = navigator.summary(workdir / "gfpgan")
+        saved = workdir / "gfpgan" / "model_output" / "correctness"
+        result["gfpgan_reference_vs_float32"] = max(
+            float(
+                np.abs(
+                    np.load(saved / f"{i}.npz")["output__0"] - e
+                ).max()
+            )
+            for i, e in enumerate(eager)
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
 def _load_row(got) -> dict:
     """One ``loadgen.measure`` result, as the saved run keeps it."""
     row = got.row()
@@ -1249,6 +1378,65 @@ def report(record: dict) -> dict[str, str]:
         tables["pipeline_checks"] = _pipeline_checks(record)
     if "pipeline_load" in record:
         tables.update(_pipeline_load_tables(record))
+    if "navigator" in record:
+        tables.update(_navigator_tables(record["navigator"]))
+    return tables
+
+
+def _navigator_tables(section: dict) -> dict[str, str]:
+    """The Model Navigator appendix with the CUDA runners: what each format did, the
+    navigator's own profiling of SRCNN, and the config it wrote."""
+    rows = [
+        [
+            model,
+            row["format"],
+            row["runner"],
+            row["export"],
+            row["correctness"],
+            row["profiling"],
+            ""
+            if row["largest difference"] is None
+            else _g(row["largest difference"]),
+        ]
+        for model in ("srcnn", "gfpgan")
+        for row in section[model]
+    ]
+    tables = {
+        "navigator_formats": _table(
+            [
+                "model",
+                "format",
+                "runner",
+                "export",
+                "correctness",
+                "profiling",
+                "largest difference",
+            ],
+            rows,
+        )
+    }
+    profiles = {
+        key: {p["batch"]: p["throughput"] for p in points}
+        for key, points in section["srcnn_profiles"].items()
+        if points
+    }
+    batches = sorted({b for points in profiles.values() for b in points})
+    tables["navigator_profiles"] = _table(
+        ["batch", *(key.split()[0] for key in profiles)],
+        [
+            [
+                b,
+                *(
+                    f"{points[b]:,.0f}" if b in points else ""
+                    for points in profiles.values()
+                ),
+            ]
+            for b in batches
+        ],
+    )
+    tables["navigator_config"] = (
+        "```text\n" + section["srcnn_config"].strip() + "\n```"
+    )
     return tables
 
 
@@ -1506,6 +1694,7 @@ SECTIONS = {
     "batcher": batcher,
     "pipeline": pipeline_section,
     "pipeline_load": pipeline_load,
+    "navigator": navigator_section,
 }
 NEEDS_CUDA = {
     "custom_ops",
@@ -1515,6 +1704,7 @@ NEEDS_CUDA = {
     "batcher",
     "pipeline",
     "pipeline_load",
+    "navigator",
 }
 
 

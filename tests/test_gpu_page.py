@@ -40,7 +40,9 @@ def test_the_saved_run_keeps_each_section_of_one_call():
 def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     # The same code as on a GPU, with few samples: what would break there breaks here.
     # pipeline_load is left out: chapter 6's deployments under load with GFPGAN on two
-    # CPU cores took 14 minutes in a dry run; it ran on the GPU (calls 8 and 9).
+    # CPU cores took 14 minutes in a dry run; it ran on the GPU (calls 8 and 9). So is
+    # navigator (Model Navigator's runs, a minute here): the appendix runs the same calls
+    # on the CPU under nbval, and test_navigator.py checks the harness.
     sections = [
         "environment",
         "custom_ops",
