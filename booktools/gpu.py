@@ -557,18 +557,28 @@ def served(deadline: float) -> dict:
     return result
 
 
+def _gfpgan_on_device():
+    """The repository's gfpgan file loaded on DEVICE, and its face size (chapter 6's
+    network; face_passthrough's file is built too, for the checks beside it)."""
+    import torch
+
+    from tritonbook import repository
+
+    repository.ensure_model_files(["gfpgan", "face_passthrough"])
+    model_pt = repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
+    size = repository.gfpgan_out_size(model_pt)
+    return torch.jit.load(
+        str(model_pt), map_location=DEVICE
+    ).eval(), size
+
+
 def pipeline_section(deadline: float) -> dict:
     """Chapter 6's three deployments of one picture, against the in-process script,
     with gfpgan on the GPU."""
     import torch
 
-    from tritonbook import repository
-
     torch.set_grad_enabled(False)
-    repository.ensure_model_files(["gfpgan", "face_passthrough"])
-    model_pt = repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
-    size = repository.gfpgan_out_size(model_pt)
-    network = torch.jit.load(str(model_pt), map_location=DEVICE).eval()
+    network, size = _gfpgan_on_device()
     # Whether cuDNN may round float32 convolutions to TF32 here (PyTorch's
     # default: yes); book/gpu.md compares runs with it on and off.
     result = {"cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
@@ -654,9 +664,9 @@ def _pipeline(triton, network, size) -> dict:
 
 def pipeline_load(deadline: float) -> dict:
     """Chapter 6's deployments under load, with gfpgan on the GPU: each against the
-    in-process script in three interleaved rounds (one picture in flight, as the
-    chapter's rounds, five of them), then each at 8 in flight with one, two and four
-    instances of every python model."""
+    in-process script in five interleaved rounds (one picture in flight, as the
+    chapter's rounds), then each at 8 in flight with one, two and four instances of
+    every python model."""
     import cv2
     import torch
 
@@ -665,10 +675,7 @@ def pipeline_load(deadline: float) -> dict:
     from tritonbook.measure import round_robin, time_call
 
     torch.set_grad_enabled(False)
-    repository.ensure_model_files(["gfpgan", "face_passthrough"])
-    model_pt = repository.REPOSITORY / "gfpgan" / "1" / "model.pt"
-    size = repository.gfpgan_out_size(model_pt)
-    network = torch.jit.load(str(model_pt), map_location=DEVICE).eval()
+    network, size = _gfpgan_on_device()
 
     def run_network(faces):
         with torch.inference_mode():
