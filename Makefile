@@ -69,7 +69,7 @@ html: venv
 test: venv
 	# The notebooks first, as a reader runs them on a fresh clone: they build the C++
 	# extension and the model files, which the unit tests then find in place.
-	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL) --durations=15
+	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL) --durations=30
 	# The unit tests that measure load alone, then the others two at a time.
 	$(BIN)/python -m pytest tests -m serial
 	$(BIN)/python -m pytest tests -m "not serial" -n 2 --dist loadfile
@@ -84,7 +84,7 @@ SERVER_NOTEBOOKS = $(shell grep -l 'server.start()' $(NOTEBOOKS))
 
 test-remote: venv
 	$(BIN)/python -m tritonbook.serve --http-port 0 --grpc-port 0 --metrics-port 0 \
-	    --run $(BIN)/python -m pytest $(SERVER_NOTEBOOKS) $(NBVAL) --durations=15
+	    --run $(BIN)/python -m pytest $(SERVER_NOTEBOOKS) $(NBVAL) --durations=30
 
 serve: venv
 	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \

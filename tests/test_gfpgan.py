@@ -215,7 +215,8 @@ def test_from_environment(monkeypatch, tmp_path):
     monkeypatch.setattr(gfpgan, "ASSET_WEIGHTS", tmp_path / "GFPGANv1.pth")
     model, description = gfpgan.gfpgan_from_environment(out_size=32)
     assert isinstance(model, GFPGANv1) and not model.training and model.out_size == 32
-    assert "not set" in description and "not been trained" in description
+    assert "not set" in description and "not trained" in description
+    assert f"narrow={gfpgan.STAND_IN_NARROW}" in description
 
     monkeypatch.setenv(gfpgan.WEIGHTS_ENV, str(tmp_path / "nowhere.pth"))
     _, description = gfpgan.gfpgan_from_environment(out_size=32)
@@ -385,7 +386,9 @@ def test_torchscript_builder_writes_a_batch_agnostic_file(tmp_path, monkeypatch)
     assert b"randomly initialised" in extra["tritonbook.txt"]
     x = torch.rand(2, 3, 256, 256) * 2 - 1
     with torch.no_grad():
-        reference = gfpgan.GFPGANForDeploy(build_gfpgan(out_size=256, seed=0))(x)
+        reference = gfpgan.GFPGANForDeploy(
+            build_gfpgan(out_size=256, seed=0, narrow=gfpgan.STAND_IN_NARROW)
+        )(x)
         torch.testing.assert_close(loaded(x), reference, rtol=1e-4, atol=1e-4)
     assert repository.ensure_model_files(["gfpgan"], repository=tmp_path) == []  # present: not rebuilt
 

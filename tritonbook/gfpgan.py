@@ -58,6 +58,7 @@ __all__ = [
     "checkpoint_out_size",
     "weights_path",
     "gfpgan_from_environment",
+    "STAND_IN_NARROW",
 ]
 
 # The configuration GFPGANv1.pth was trained with (out_size aside, these are
@@ -73,6 +74,12 @@ RELEASED_V1_CONFIG = dict(
     sft_half=True,
     fix_decoder=True,
 )
+
+# The random stand-in's width: GFPGANv1's own ``narrow`` option at one half, which
+# halves every layer's channels (a third of the released width's arithmetic at 256
+# pixels). Nothing the chapters teach depends on the width; their run time on two CPU
+# cores does, since most of it is GFPGAN answering. A real checkpoint keeps its width.
+STAND_IN_NARROW = 0.5
 
 # Environment variable that may name a real checkpoint (see gfpgan_from_environment).
 WEIGHTS_ENV = "GFPGAN_WEIGHTS"
@@ -692,6 +699,7 @@ class GFPGANv1(nn.Module):
         self.different_w = different_w
         self.num_style_feat = num_style_feat
         self.out_size = out_size
+        self.narrow = narrow  # to build a twin that takes this one's weights
 
         # The U-Net is half as wide as the decoder.
         channels = _channels(narrow * 0.5, channel_multiplier)
@@ -923,7 +931,7 @@ def gfpgan_from_environment(out_size: int = 256) -> tuple[GFPGANv1, str]:
     The checkpoint is ``$GFPGAN_WEIGHTS`` or ``assets/GFPGANv1.pth``; the real
     network gets the size the checkpoint was built for (512 for the released
     file) and ``out_size`` is ignored.  The random stand-in is built at
-    ``out_size``.  Returns ``(model, description)``; the description says in
+    ``out_size`` and ``STAND_IN_NARROW`` (half the released width).  Returns ``(model, description)``; the description says in
     plain words which one it is, for notebooks to print.  A named file that does
     not exist is not an error (the description says so); one that does not fit
     raises ``CheckpointMismatchError``.
@@ -936,7 +944,7 @@ def gfpgan_from_environment(out_size: int = 256) -> tuple[GFPGANv1, str]:
         reason = f"${WEIGHTS_ENV} is set to {path}, but there is no such file"
     else:
         reason = f"${WEIGHTS_ENV} is not set and there is no {ASSET_WEIGHTS.name} in assets/"
-    description = (f"randomly initialised GFPGANv1 (seed 0, out_size={out_size}) because {reason}: "
-                   "same architecture and cost as the real network, but it has not been trained, "
-                   "so its output is not a restored face")
-    return build_gfpgan(out_size=out_size, seed=0), description
+    description = (f"randomly initialised GFPGANv1 (seed 0, out_size={out_size}, "
+                   f"narrow={STAND_IN_NARROW}) because {reason}: the real network's layers at "
+                   "half their width, not trained, so its output is not a restored face")
+    return build_gfpgan(out_size=out_size, seed=0, narrow=STAND_IN_NARROW), description

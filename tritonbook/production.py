@@ -231,6 +231,18 @@ def stub_processes(server_pid: int, model: str) -> list:
     return found
 
 
+def wait_for_stubs(server_pid: int, model: str, count: int, timeout: float = 15.0) -> list:
+    """``stub_processes`` once ``model`` has ``count`` live stubs, or after ``timeout``
+    seconds, whichever comes first. A load or unload returns before a replaced stub has
+    exited, so a count taken at once can still see it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = stub_processes(server_pid, model)
+        if len(found) == count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def stub_region(process) -> str:
     """The name in ``/dev/shm`` of the region a stub shares with the server (from its
     command line). A stub that is killed leaves it behind, and Triton does not remove
