@@ -76,8 +76,8 @@ RELEASED_V1_CONFIG = dict(
 )
 
 # The random stand-in's width: GFPGANv1's own ``narrow`` option at one half, which
-# halves every layer's channels (a third of the released width's arithmetic at 256
-# pixels). Nothing the chapters teach depends on the width; their run time on two CPU
+# halves every layer's channels (a face in about a third of the released width's time
+# on a 2-core CPU at 256 pixels). Nothing the chapters teach depends on the width; their run time on two CPU
 # cores does, since most of it is GFPGAN answering. A real checkpoint keeps its width.
 STAND_IN_NARROW = 0.5
 
@@ -931,8 +931,8 @@ def gfpgan_from_environment(out_size: int = 256) -> tuple[GFPGANv1, str]:
     The checkpoint is ``$GFPGAN_WEIGHTS`` or ``assets/GFPGANv1.pth``; the real
     network gets the size the checkpoint was built for (512 for the released
     file) and ``out_size`` is ignored.  The random stand-in is built at
-    ``out_size`` and ``STAND_IN_NARROW`` (half the released width).  Returns ``(model, description)``; the description says in
-    plain words which one it is, for notebooks to print.  A named file that does
+    ``out_size`` and ``STAND_IN_NARROW`` (half the released width).  Returns
+    ``(model, description)``; the description says in plain words which one it is, for notebooks to print.  A named file that does
     not exist is not an error (the description says so); one that does not fit
     raises ``CheckpointMismatchError``.
     """
