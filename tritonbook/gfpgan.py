@@ -77,8 +77,9 @@ RELEASED_V1_CONFIG = dict(
 
 # The random stand-in's width: GFPGANv1's own ``narrow`` option at one half, which
 # halves every layer's channels (a face in about a third of the released width's time
-# on a 2-core CPU at 256 pixels). Nothing the chapters teach depends on the width; their run time on two CPU
-# cores does, since most of it is GFPGAN answering. A real checkpoint keeps its width.
+# on a 2-core CPU at 256 pixels). Nothing the chapters teach depends on the width;
+# their run time on two CPU cores does, since most of it is GFPGAN answering. A real
+# checkpoint keeps its width.
 STAND_IN_NARROW = 0.5
 
 # Environment variable that may name a real checkpoint (see gfpgan_from_environment).
