@@ -727,10 +727,11 @@ def pipeline_load(deadline: float) -> dict:
                 batch=1,
                 protocol="grpc",
                 expected={"RESTORED": reference[0]},
-                # BLS's picture is 3 grey levels from the script's on a GPU
-                # (book/gpu.md, calls 6 and 7): checked, not hidden.
+                # Served pictures come up to 3 grey levels from the script's
+                # on a GPU at full width, 5 at half width (book/gpu.md, calls
+                # 6, 7, 17 and 18): checked, not hidden.
                 rtol=0,
-                atol=3,
+                atol=6,
                 min_requests=min_requests,
             )
 

@@ -21,6 +21,20 @@ def test_the_gpu_page_shows_the_saved_run_as_it_is():
         )
 
 
+def test_the_half_width_tables_match_their_calls():
+    """The half-width section's served tables, printed from calls 15 and 17."""
+    record = json.loads((ROOT / "book" / "gpu_run.json").read_text())
+    half = json.loads((ROOT / "book" / "gpu_run_half.json").read_text())
+    for section, call in [("served", 15), ("batcher", 15), ("pipeline", 17)]:
+        record[section] = half[f"call_{call}"][section]
+    tables = gpu.report(record)
+    page = (ROOT / "book" / "gpu.md").read_text()
+    section = page[page.index("## The half-width network served"):]
+    for name in ("latency", "served_over_local", "throughput", "batcher",
+                 "batcher_verdicts", "pipeline"):
+        assert tables[name] in section, f"book/gpu.md: the half-width {name} table"
+
+
 def test_the_saved_run_keeps_each_section_of_one_call():
     record = json.loads((ROOT / "book" / "gpu_run.json").read_text())
     kept = {

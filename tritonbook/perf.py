@@ -94,7 +94,10 @@ def install(target: Path | None = None) -> Path:
 
 def _environment() -> dict[str, str]:
     """The environment with the CUDA runtime wheel's folder on the library path."""
-    import nvidia.cuda_runtime
+    try:
+        import nvidia.cuda_runtime
+    except ImportError:  # no CUDA 12 runtime wheel: the loader's own path must do
+        return dict(os.environ)
 
     lib = str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib")
     env = dict(os.environ)
