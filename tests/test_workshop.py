@@ -177,3 +177,16 @@ def test_two_students_on_one_host_do_not_collide():
     # Neither server outlived its student, nor did a region of theirs.
     assert not [pid for pid in seen if Path(f"/proc/{pid}").exists()]
     assert not [name for name in os.listdir("/dev/shm") for prefix in prefixes if name.startswith(prefix)]
+
+
+def test_the_workshop_page_shows_the_chapters_as_committed(book):
+    """book/workshop.ipynb's run table is read from the chapters: re-execute it
+    after a chapter (its run time, its words), or nbval fails it in CI."""
+    import json
+
+    page = json.loads((Path(__file__).resolve().parents[1] / "book" / "workshop.ipynb").read_text())
+    first = next(c for c in page["cells"] if c["cell_type"] == "code")
+    shown = "".join(first["outputs"][0]["data"]["text/html"])
+    assert shown == workshop.run_table(book)._repr_html_(), (
+        "re-execute book/workshop.ipynb: a chapter changed since"
+    )
