@@ -184,7 +184,8 @@ def test_the_workshop_page_shows_the_chapters_as_committed(book):
     after a chapter (its run time, its words), or nbval fails it in CI."""
     import json
 
-    page = json.loads((Path(__file__).resolve().parents[1] / "book" / "workshop.ipynb").read_text())
+    notebook = Path(__file__).resolve().parents[1] / "book" / "workshop.ipynb"
+    page = json.loads(notebook.read_text())
     first = next(c for c in page["cells"] if c["cell_type"] == "code")
     shown = "".join(first["outputs"][0]["data"]["text/html"])
     assert shown == workshop.run_table(book)._repr_html_(), (
