@@ -422,9 +422,12 @@ def _embedded(result: dict):
             probe = _stub_numpy_probe(triton)
         except Exception as exc:  # noqa: BLE001 (the answer decides the next step)
             probe = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+        # An earlier section of this process may have put numpy 1.26 first
+        # for the stub already: say which numpy the probe ran with.
+        chosen = os.environ.get("TRITONBOOK_STUB_NUMPY")
         result["stub_probe"] = {
-            "numpy": "the client's",
-            "numpy_version": _numpy_version(),
+            "numpy": chosen or "the client's",
+            "numpy_version": _numpy_version(chosen),
             **probe,
         }
         fallback = os.environ.get("TRITONBOOK_FALLBACK_NUMPY")
