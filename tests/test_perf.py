@@ -72,7 +72,9 @@ def test_time_windows_last_as_long_as_asked_and_measure_the_same(paced_server):
     counted, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
                         window_requests=5)
     assert "--measurement-mode count_windows" in counted.command
-    assert counted.requests >= 3 * 0.9 * CEILING  # three windows of at least 1 s
+    # Three windows of at least 1 s each, at the rate the level measured (a busy
+    # machine serves the paced model a little under its ceiling).
+    assert counted.requests >= 3 * 0.9 * counted.infer_per_s
 
 
 def test_request_rate_runs_with_poisson_arrivals(paced_server):
