@@ -153,3 +153,20 @@ def test_summary_of_a_real_run_on_the_cpu(tmp_path):
     assert rows["torch"]["first error"].startswith(
         "AssertionError: Torch not compiled with CUDA"
     )
+    # Profiling does not count as a failure; a failed export or check does.
+    table = navigator.summary(workspace)
+    assert navigator.outcome(table, "torch") == "pass"
+    assert navigator.outcome(table, "onnx") == "pass"
+
+
+def test_outcome_reads_export_and_check_only():
+    rows = [
+        {"format": "onnx", "export": "OK", "correctness": "OK", "profiling": "FAIL"},
+        {"format": "torchscript-trace", "export": "OK", "correctness": "FAIL", "profiling": None},
+        {"format": "torch-exportedprogram", "export": "FAIL", "correctness": None, "profiling": None},
+    ]
+    assert navigator.outcome(rows, "onnx") == "pass"
+    assert navigator.outcome(rows, "torchscript-trace") == "fail"
+    assert navigator.outcome(rows, "torch-exportedprogram") == "fail"
+    with pytest.raises(KeyError, match="did not try 'tensorrt'"):
+        navigator.outcome(rows, "tensorrt")

@@ -103,6 +103,17 @@ def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
                       window_requests=3, stability=0, max_trials=4)
     assert not point.stable and np.isnan(point.infer_per_s) and point.requests == 0
+    assert point.attempts == 1
+    # Taken again while it does not settle: twice here, and it still says so.
+    point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
+                      window_requests=3, stability=0, max_trials=4, attempts=2)
+    assert not point.stable and point.attempts == 2
+
+
+def test_a_level_that_settles_is_measured_once(paced_server):
+    point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
+                      window_s=0.25, stability=50, attempts=3)
+    assert point.stable and point.attempts == 1
 
 
 def test_bad_runs_are_clear_errors(paced_server):
@@ -117,6 +128,8 @@ def test_bad_runs_are_clear_errors(paced_server):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], window_s=0)
     with pytest.raises(ValueError, match="window_requests must be 1 or more"):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], window_requests=0)
+    with pytest.raises(ValueError, match="attempts must be 1 or more"):
+        perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], attempts=0)
     with pytest.raises(ValueError, match="protocol"):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], protocol="udp")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["config_differences", "first_errors", "quiet", "summary"]
+__all__ = ["config_differences", "first_errors", "outcome", "quiet", "summary"]
 
 # A Python exception's last line, e.g. "TypeError: ...", not the navigator's wrappers.
 _ERROR = re.compile(
@@ -172,6 +172,18 @@ def summary(workspace: str | os.PathLike) -> list[dict]:
                 }
             )
     return rows
+
+
+def outcome(rows, key: str) -> str:
+    """"fail" when the format ``key`` failed its export or its correctness check in
+    ``rows`` (``summary``'s rows, or a DataFrame of them), else "pass". Profiling is
+    not counted: on a CPU-only PyTorch the torch runners cannot profile at all."""
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    found = [row for row in rows if row["format"] == key]
+    if not found:
+        raise KeyError(f"the navigator did not try {key!r}: {sorted({r['format'] for r in rows})}")
+    broke = any("FAIL" in row["export"] or row["correctness"] == "FAIL" for row in found)
+    return "fail" if broke else "pass"
 
 
 def config_differences(

@@ -151,6 +151,7 @@ class Point:
     # once, and the mean inferences (batch rows) one execution carried.
     exec_ms: float = math.nan
     exec_inferences: float = math.nan
+    attempts: int = 1  # runs of perf_analyzer this level took (``run``'s ``attempts``)
 
     def execution_ms(self) -> float:
         """One execution's compute time (input, infer, output) behind the level's numbers.
@@ -249,7 +250,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         window_s: float | None = None, stability: float = 10.0, max_trials: int = 10,
         percentile: int | None = 95, shared_memory: str = "none",
         output_bytes: int | None = None, max_threads: int | None = None,
-        timeout: float = 600.0) -> list[Point]:
+        attempts: int = 1, timeout: float = 600.0) -> list[Point]:
     """perf_analyzer against ``triton`` at each load level; one ``Point`` per level.
 
     ``inputs``: the tensors each request carries, as the model takes them; with
@@ -265,7 +266,11 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     a time, so a high rate on a slow model needs more; a point's ``delayed`` says
     when it could not keep up). ``window_requests`` (count windows, 50 when neither
     is given) or ``window_s`` (time windows, seconds): the module's docstring says which
-    suits which model.
+    suits which model. ``attempts``: a level that does not settle within ``max_trials``
+    windows is measured again, from the start, up to ``attempts`` runs in all; only the
+    last run counts, and its ``Point.attempts`` says how many there were. On a busy
+    machine one run in ten may not settle; comparisons that need every run's number
+    take each level again rather than lose the comparison.
     """
     if bool(concurrency) == bool(request_rate):
         raise ValueError("give concurrency or request_rate, not both and not neither")
@@ -280,6 +285,8 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         raise ValueError(f"window_s must be between 0.05 and 60 seconds, not {window_s!r}")
     if window_requests is not None and window_requests < 1:
         raise ValueError(f"window_requests must be 1 or more, not {window_requests!r}")
+    if attempts < 1:
+        raise ValueError(f"attempts must be 1 or more, not {attempts!r}")
     if window_s is None:
         windows = ["--measurement-mode", "count_windows",
                    "--measurement-request-count", str(window_requests or 50)]
@@ -308,7 +315,8 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             common += ["--output-shared-memory-size", str(output_bytes)]
         if max_threads is not None:
             common += ["--max-threads", str(max_threads)]
-        for level in levels:
+
+        def one_level(level) -> Point:
             report = folder / "level.csv"
             report.unlink(missing_ok=True)
             if mode == "concurrency":
@@ -342,7 +350,14 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
                     point,
                     exec_ms=(after["busy"] - before["busy"]) / executions / 1e6,
                     exec_inferences=(after["inferences"] - before["inferences"]) / executions)
-            points.append(point)
+            return point
+
+        for level in levels:
+            for attempt in range(1, attempts + 1):
+                point = one_level(level)
+                if point.stable:
+                    break
+            points.append(dataclasses.replace(point, attempts=attempt))
     return points
 
 
