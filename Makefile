@@ -24,7 +24,10 @@ NOTEBOOKS = $(sort $(wildcard notebooks/*.ipynb)) book/workshop.ipynb
 SCREENSHOTS = book/intro notebooks/00_environment notebooks/03_trace_parity \
               notebooks/04_dynamic_onnx_resize notebooks/06_pipelines book/workshop book/troubleshooting
 # Volatile text (ports, paths, timings) that nbval must not compare literally.
-NBVAL = --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
+# booktools.leftovers: after each notebook, no server, stub, load generator or /dev/shm
+# entry of its own may remain.
+NBVAL = --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
+	-p booktools.leftovers
 
 TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001
@@ -70,7 +73,7 @@ test: venv
 	# The notebooks first, as a reader runs them on a fresh clone: they build the C++
 	# extension and the model files, which the unit tests then find in place.
 	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL) --durations=30
-	# The unit tests that measure load alone, then the others two at a time.
+	# The unit tests that measure load or watch processes alone, then the others two at a time.
 	$(BIN)/python -m pytest tests -m serial
 	$(BIN)/python -m pytest tests -m "not serial" -n 2 --dist loadfile
 	$(BIN)/jupyter-book build -W --keep-going .

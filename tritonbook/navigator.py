@@ -37,8 +37,20 @@ _REPRODUCE = re.compile(r"reproduce error: /bin/bash (?P<key>[\w-]+)/")
 @contextlib.contextmanager
 def quiet(log: str | os.PathLike):
     """Send everything written to file descriptors 1 and 2 inside the block to ``log``:
-    the navigator's own messages, its child processes' and the exporters' warnings."""
+    the navigator's own messages, its child processes' and the exporters' warnings.
+
+    The navigator also sets multiprocessing's start method to spawn when it is imported,
+    for the whole process. Under spawn every lock is a named semaphore in /dev/shm that
+    outlives a killed process (a notebook's kernel is killed when a test run stops it),
+    so the block keeps spawn to the navigator's own runs: it sets spawn on entry once the
+    navigator is imported, and puts back the method the process had on exit."""
+    import multiprocessing
+
     import rich.jupyter
+
+    method = multiprocessing.get_start_method(allow_none=True)
+    if "model_navigator" in sys.modules:
+        multiprocessing.set_start_method("spawn", force=True)
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -64,6 +76,7 @@ def quiet(log: str | os.PathLike):
             os.close(saved[1])
             rich.jupyter.display = draw
             _close_log_sinks()
+            multiprocessing.set_start_method(method, force=True)
 
 
 def _close_log_sinks() -> None:

@@ -1,0 +1,147 @@
+"""A pytest plugin: each notebook leaves no process and no /dev/shm entry behind.
+
+    python -m pytest notebooks/*.ipynb --nbval-lax -p booktools.leftovers
+
+The book promises that a notebook stops what it started: its embedded server, the
+server's python stubs, ``perf_analyzer``, and the shared-memory regions and named
+semaphores they make in /dev/shm. nbval stops a notebook's kernel by killing it, so
+whatever the kernel did not clean up in its own cells stays. After each notebook (its
+kernel stopped), this plugin waits up to ``SETTLE_S`` for the stragglers to go, then
+names what is left: a /dev/shm entry made during the notebook that no live process
+maps, and one of the book's processes (``BOOK_PROCESSES``) started during the notebook
+that no process older than the notebook owns (a stub of a server started separately,
+``TRITON_URL``, is that server's and is not counted). It removes what it found, so
+that the next notebook starts clean, and fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+SHM = Path("/dev/shm")
+SETTLE_S = 10.0
+# What a notebook starts, by command line: the only processes this plugin counts (and
+# kills), so that nothing else on a reader's machine is touched.
+BOOK_PROCESSES = ("tritonserver", "triton_python_backend_stub", "perf_analyzer", "ipykernel")
+
+_before: dict[str, tuple[set[str], set[int]]] = {}
+_found: list[str] = []
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir(SHM))
+    except FileNotFoundError:
+        return set()
+
+
+def processes() -> dict[int, int]:
+    """Every live process: pid -> parent pid."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def mapped_inodes() -> set[int]:
+    """Inodes of the /dev/shm files some live process maps (a named semaphore is mapped
+    under the temporary name it was made with, so names would not do)."""
+    inodes = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            lines = maps.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                inodes.add(int(fields[4]))
+    return inodes
+
+
+def left_behind(shm_before: set[str], pids_before: set[int]) -> tuple[list[str], list[int]]:
+    """What a notebook left: its unmapped /dev/shm entries and its orphaned processes."""
+    live = processes()
+    orphans = []
+    for pid in live:
+        if pid in pids_before or not any(kind in _command(pid) for kind in BOOK_PROCESSES):
+            continue
+        # Owned if some ancestor is older than the notebook (init aside): this run,
+        # a separately started server.
+        ancestor, owned = live.get(pid), False
+        while ancestor and ancestor != 1:
+            if ancestor in pids_before:
+                owned = True
+                break
+            ancestor = live.get(ancestor)
+        if not owned:
+            orphans.append(pid)
+    inodes = mapped_inodes()
+    entries = []
+    for name in sorted(shm_entries() - shm_before):
+        try:
+            if (SHM / name).stat().st_ino not in inodes:
+                entries.append(name)
+        except FileNotFoundError:
+            pass
+    return entries, orphans
+
+
+def _command(pid: int) -> str:
+    try:
+        line = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return line.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = str(item.path)
+    if path not in _before:
+        _before[path] = (shm_entries(), set(processes()))
+    yield
+    if nextitem is not None and str(nextitem.path) == path:
+        return
+    # The notebook's last cell ran and its kernel is stopped.
+    shm_before, pids_before = _before[path]
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        entries, orphans = left_behind(shm_before, pids_before)
+        if not (entries or orphans) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    name = os.path.relpath(path)
+    for entry in entries:
+        _found.append(f"{name}: /dev/shm/{entry}")
+        (SHM / entry).unlink(missing_ok=True)
+    for pid in orphans:
+        _found.append(f"{name}: process {pid}: {_command(pid)[:120]}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _found:
+        terminalreporter.section("left behind by the notebooks (removed)")
+        for line in _found:
+            terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session):
+    if _found:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
