@@ -90,19 +90,26 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children, ...), from /proc."""
-    children: dict[int, list[int]] = {}
+def parent_pids() -> dict[int, int]:
+    """Every live process's parent: pid -> parent pid, from /proc."""
+    parents = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as stat:
                 # The name in parentheses may hold spaces; the parent follows the state.
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                parents[int(entry.name)] = int(stat.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue  # gone since the scan
-        children.setdefault(parent, []).append(int(entry.name))
+    return parents
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parent_pids().items():
+        children.setdefault(parent, []).append(child)
     found, stack = [], [pid]
     while stack:
         for child in children.get(stack.pop(), ()):

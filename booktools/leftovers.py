@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from booktools.execute import parent_pids
+
 SHM = Path("/dev/shm")
 SETTLE_S = 10.0
 # What a notebook starts, by command line: the only processes this plugin counts (and
@@ -38,21 +40,6 @@ def shm_entries() -> set[str]:
         return set(os.listdir(SHM))
     except FileNotFoundError:
         return set()
-
-
-def processes() -> dict[int, int]:
-    """Every live process: pid -> parent pid."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return parents
 
 
 def mapped_inodes() -> set[int]:
@@ -73,7 +60,7 @@ def mapped_inodes() -> set[int]:
 
 def left_behind(shm_before: set[str], pids_before: set[int]) -> tuple[list[str], list[int]]:
     """What a notebook left: its unmapped /dev/shm entries and its orphaned processes."""
-    live = processes()
+    live = parent_pids()
     orphans = []
     for pid in live:
         if pid in pids_before or not any(kind in _command(pid) for kind in BOOK_PROCESSES):
@@ -111,7 +98,7 @@ def _command(pid: int) -> str:
 def pytest_runtest_protocol(item, nextitem):
     path = str(item.path)
     if path not in _before:
-        _before[path] = (shm_entries(), set(processes()))
+        _before[path] = (shm_entries(), set(parent_pids()))
     yield
     if nextitem is not None and str(nextitem.path) == path:
         return
