@@ -4,9 +4,11 @@
 
 The rendered book hides each solution behind a toggle (the ``hide-cell`` tag), but
 JupyterLab shows it: a student who opens the chapter sees every solution under its
-question. A student copy replaces each solution cell with a stub (``# your code``)
-followed by the solution's own top-level ``assert`` lines, which grade the answer, and
-clears every output, so nothing of the committed run is left either.
+question. A student copy replaces each solution with a stub (``# your code``) followed
+by the solution's own top-level ``assert`` lines, which grade the answer, and clears
+every output, so nothing of the committed run is left either. A solution may span
+several cells in a row (define, run, check): the copy keeps one stub for them, with the
+checks of all of them.
 """
 
 from __future__ import annotations
@@ -36,18 +38,35 @@ def exercise_stub(solution: str) -> str:
     return "\n".join([STUB, "", "", "# The checks:", *checks])
 
 
+def solutions(cells) -> list[list[int]]:
+    """The solutions of a notebook, each as the indices of its cells: solution cells
+    that follow one another directly are one exercise's solution."""
+    groups: list[list[int]] = []
+    for index, cell in enumerate(cells):
+        if not is_solution(cell):
+            continue
+        if groups and groups[-1][-1] == index - 1:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
 def student_copy(source: Path, target: Path) -> int:
     """Write the student copy of ``source`` to ``target``; return the exercises stubbed."""
     import nbformat
 
     notebook = nbformat.read(source, as_version=4)
-    stubbed = 0
+    groups = solutions(notebook.cells)
+    merged = set()
+    for group in groups:
+        first = notebook.cells[group[0]]
+        first.source = exercise_stub("\n\n".join(notebook.cells[i].source for i in group))
+        first.metadata.pop("tags", None)
+        first.metadata.pop("mystnb", None)
+        merged.update(group[1:])
+    notebook.cells = [c for i, c in enumerate(notebook.cells) if i not in merged]
     for cell in notebook.cells:
-        if is_solution(cell):
-            cell.source = exercise_stub(cell.source)
-            cell.metadata.pop("tags", None)
-            cell.metadata.pop("mystnb", None)
-            stubbed += 1
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
@@ -55,7 +74,7 @@ def student_copy(source: Path, target: Path) -> int:
     notebook.metadata.pop("tritonbook", None)
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, target)
-    return stubbed
+    return len(groups)
 
 
 def main(argv: list[str] | None = None) -> int:

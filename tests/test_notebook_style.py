@@ -44,3 +44,48 @@ def test_a_long_line_is_found(tmp_path):
                                               cell]}))
     [found] = long_lines(notebook, LINE_LENGTH)
     assert found.startswith("cell 1, 125 characters")
+
+
+# A cell a reader takes in at a glance: define, run or show one thing. The anchors
+# (d2l-en, QuantEcon) sit near 6-7 lines a code cell; these limits hold the chapters
+# near there and fail a cell that a reader would have to scroll through. Longer than
+# CELL_LINES: only an import cell may be, up to IMPORT_CELL_LINES.
+MEDIAN_CELL_LINES = 11
+CELL_LINES = 32
+IMPORT_CELL_LINES = 36
+
+
+def code_cell_lines(notebook: Path) -> list[tuple[int, int, bool]]:
+    """(cell index, lines, whether the cell only imports and sets up) per code cell."""
+    cells = json.loads(notebook.read_text())["cells"]
+    rows = []
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        imports = any(line.startswith(("import ", "from ")) for line in lines)
+        rows.append((index, len(lines), imports and index == min(
+            i for i, c in enumerate(cells) if c["cell_type"] == "code")))
+    return rows
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
+def test_cells_are_short(notebook):
+    import statistics
+
+    rows = code_cell_lines(notebook)
+    median = statistics.median(lines for _, lines, _ in rows)
+    assert median <= MEDIAN_CELL_LINES, f"median code cell {median} lines"
+    too_long = [f"cell {index}: {lines} lines" for index, lines, imports in rows
+                if lines > (IMPORT_CELL_LINES if imports else CELL_LINES)]
+    assert not too_long, "split these into define, run and show:\n" + "\n".join(too_long)
+
+
+def test_a_long_cell_is_found(tmp_path):
+    notebook = tmp_path / "long.ipynb"
+    body = [f"x{i} = {i}\n" for i in range(CELL_LINES + 1)]
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": ["import os\n"] + body},
+        {"cell_type": "code", "source": body}]}))
+    rows = code_cell_lines(notebook)
+    assert rows == [(0, CELL_LINES + 2, True), (1, CELL_LINES + 1, False)]

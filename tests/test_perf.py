@@ -187,6 +187,19 @@ def test_knee_reads_the_first_rate_where_the_tail_doubles_or_the_queue_grows():
         perf.knee([])
 
 
+def test_plot_settings_draws_one_labelled_point_per_setting_that_has_the_tail():
+    import pandas as pd
+
+    table = pd.DataFrame({"infer/s": [100.0, 150.0, 90.0], "p95 ms": [8.0, 6.0, float("nan")]},
+                         index=["no batcher", "delay 2 ms", "unsettled"])
+    fig = perf.plot_settings(table, "settings")
+    [ax] = fig.axes
+    points = [tuple(c.get_offsets()[0]) for c in ax.collections]
+    assert points == [(100.0, 8.0), (150.0, 6.0)]
+    assert [t.get_text() for t in ax.texts] == ["no batcher", "delay 2 ms"]
+    assert ax.get_ylabel() == "p95 latency (ms)"
+
+
 def test_the_curve_says_so_when_no_level_settled():
     import matplotlib
 

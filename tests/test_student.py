@@ -37,21 +37,34 @@ def test_a_student_copy_has_stubs_and_checks_but_no_solution_or_output(copies, c
     exercises = sum(c.cell_type == "markdown" and c.source.startswith("### Exercise") for c in original.cells)
     stubs = [c for c in copy.cells if c.cell_type == "code" and c.source.startswith(student.STUB)]
     assert len(stubs) == exercises
-    assert len(copy.cells) == len(original.cells)
-    for before, after in zip(original.cells, copy.cells):
+    groups = student.solutions(original.cells)
+    # Each solution, however many cells it spans, becomes its first cell's stub.
+    dropped = {i for group in groups for i in group[1:]}
+    kept = [c for i, c in enumerate(original.cells) if i not in dropped]
+    assert len(copy.cells) == len(kept)
+    for before, after in zip(kept, copy.cells):
         if after.cell_type == "code":
             assert after.outputs == [] and after.execution_count is None
             assert "execution" not in after.metadata and "tags" not in after.metadata
-        if student.is_solution(before):
-            assert not hidden_lines(before.source) & set(after.source.splitlines()), chapter.name
-        else:
+        if not student.is_solution(before):
             assert after.source == before.source  # the lesson itself is untouched
-    # The grading asserts of each solution are kept under its stub.
-    for solution, stub in zip([c for c in original.cells if student.is_solution(c)], stubs):
-        for line in solution.source.splitlines():
+    for group, stub in zip(groups, stubs):
+        solution = "\n\n".join(original.cells[i].source for i in group)
+        # No line of the solution is shown, but the asserts that grade it.
+        assert not hidden_lines(solution) & set(stub.source.splitlines()), chapter.name
+        for line in solution.splitlines():
             if line.startswith("assert "):
                 assert line in stub.source.splitlines()
     assert "tritonbook" not in copy.metadata
+
+
+def test_a_solution_in_cells_in_a_row_is_one_exercise():
+    cells = [nbformat.v4.new_markdown_cell("### Exercise 1"),
+             *[nbformat.v4.new_code_cell(f"x{i} = {i}\nassert x{i} == {i}", metadata={"tags": ["hide-cell"]})
+               for i in range(3)],
+             nbformat.v4.new_markdown_cell("### Exercise 2"),
+             nbformat.v4.new_code_cell("y = 1\nassert y", metadata={"tags": ["hide-cell"]})]
+    assert student.solutions(cells) == [[1, 2, 3], [5]]
 
 
 def test_the_stub_keeps_multi_line_asserts():

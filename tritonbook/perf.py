@@ -447,6 +447,25 @@ def knee(points: Sequence[Point]) -> str:
     return f"no knee up to {points[-1].load:g} requests/s"
 
 
+def plot_settings(table, title: str, tail: str = "p95 ms"):
+    """One labelled point per row of a ``table`` (its index names the setting):
+    throughput across, a tail latency up, so that the better setting sits lower and
+    further right. Rows without that tail (an unsettled level) are left out."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, row in table.dropna(subset=[tail]).iterrows():
+        ax.scatter(row["infer/s"], row[tail], s=40)
+        ax.annotate(label, (row["infer/s"], row[tail]), textcoords="offset points",
+                    xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("throughput (inferences/s)")
+    ax.set_ylabel(f"{tail.split()[0]} latency (ms)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def plot_latency_throughput(series: dict[str, Sequence[Point]], title: str):
     """Latency percentiles (p50, p95, p99 where the samples allow) against throughput:
     the curve a capacity planner reads, one line per series and percentile."""
