@@ -58,15 +58,11 @@ IMPORT_CELL_LINES = 36
 def code_cell_lines(notebook: Path) -> list[tuple[int, int, bool]]:
     """(cell index, lines, whether the cell only imports and sets up) per code cell."""
     cells = json.loads(notebook.read_text())["cells"]
-    rows = []
-    for index, cell in enumerate(cells):
-        if cell["cell_type"] != "code":
-            continue
-        lines = "".join(cell["source"]).splitlines()
-        imports = any(line.startswith(("import ", "from ")) for line in lines)
-        rows.append((index, len(lines), imports and index == min(
-            i for i, c in enumerate(cells) if c["cell_type"] == "code")))
-    return rows
+    code = [(index, "".join(cell["source"]).splitlines()) for index, cell in enumerate(cells)
+            if cell["cell_type"] == "code"]
+    return [(index, len(lines), order == 0 and any(line.startswith(("import ", "from "))
+                                                   for line in lines))
+            for order, (index, lines) in enumerate(code)]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
