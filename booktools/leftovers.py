@@ -8,10 +8,13 @@ semaphores they make in /dev/shm. nbval stops a notebook's kernel by killing it,
 whatever the kernel did not clean up in its own cells stays. After each notebook (its
 kernel stopped), this plugin waits up to ``SETTLE_S`` for the stragglers to go, then
 names what is left: a /dev/shm entry made during the notebook that no live process
-maps, and one of the book's processes (``BOOK_PROCESSES``) started during the notebook
-that no process older than the notebook owns (a stub of a server started separately,
-``TRITON_URL``, is that server's and is not counted). It removes what it found, so
-that the next notebook starts clean, and fails the run.
+maps, and one of the book's programs (``BOOK_PROCESSES``) started during the notebook
+and left to init: a process whose parent died is handed to pid 1, so an orphan's line
+of parents reaches 1 without passing a process older than the notebook (a stub of a
+server started separately, ``TRITON_URL``, is that server's and is not counted; a
+process entered from outside this pid namespace, parent 0, is nobody's orphan). It
+removes what it found, so that the next notebook starts clean, fails the run, and says
+what it found again as the run's last line, where a CI log's tail shows it.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import pytest
 from booktools.execute import parent_pids
 
 SHM = Path("/dev/shm")
-SETTLE_S = 10.0
-# What a notebook starts, by command line: the only processes this plugin counts (and
-# kills), so that nothing else on a reader's machine is touched.
-BOOK_PROCESSES = ("tritonserver", "triton_python_backend_stub", "perf_analyzer", "ipykernel")
+SETTLE_S = 30.0
+# What a notebook starts, by the program it runs (argv[0]'s file name, or the module of
+# ``python -m``): the only processes this plugin counts (and kills), so that nothing
+# else on a reader's machine is touched, not even a ``pgrep -f tritonserver``.
+BOOK_PROCESSES = ("tritonserver", "triton_python_backend_stub", "perf_analyzer",
+                  "ipykernel_launcher")
 
 _before: dict[str, tuple[set[str], set[int]]] = {}
 _found: list[str] = []
@@ -58,23 +63,28 @@ def mapped_inodes() -> set[int]:
     return inodes
 
 
+def orphaned(parents: dict[int, int], pids_before: set[int]) -> list[int]:
+    """The processes in ``parents`` (pid -> parent pid) started since ``pids_before``
+    and left to init: up the line of parents, owned at the first one older than the
+    notebook (this run, a separately started server), an orphan at init (pid 1),
+    nobody's at parent 0 (entered from outside this pid namespace)."""
+    found = []
+    for pid in parents:
+        if pid in pids_before:
+            continue
+        ancestor = parents.get(pid)
+        while ancestor not in (None, 0, 1) and ancestor not in pids_before:
+            ancestor = parents.get(ancestor)
+        if ancestor == 1:
+            found.append(pid)
+    return found
+
+
 def left_behind(shm_before: set[str], pids_before: set[int]) -> tuple[list[str], list[int]]:
     """What a notebook left: its unmapped /dev/shm entries and its orphaned processes."""
     live = parent_pids()
-    orphans = []
-    for pid in live:
-        if pid in pids_before or not any(kind in _command(pid) for kind in BOOK_PROCESSES):
-            continue
-        # Owned if some ancestor is older than the notebook (init aside): this run,
-        # a separately started server.
-        ancestor, owned = live.get(pid), False
-        while ancestor and ancestor != 1:
-            if ancestor in pids_before:
-                owned = True
-                break
-            ancestor = live.get(ancestor)
-        if not owned:
-            orphans.append(pid)
+    orphans = [pid for pid in orphaned(live, pids_before)
+               if program(pid) in BOOK_PROCESSES]
     inodes = mapped_inodes()
     entries = []
     for name in sorted(shm_entries() - shm_before):
@@ -86,12 +96,32 @@ def left_behind(shm_before: set[str], pids_before: set[int]) -> tuple[list[str],
     return entries, orphans
 
 
+def program(pid: int) -> str:
+    """What ``pid`` runs: argv[0]'s file name, or the module after ``python -m``."""
+    argv = _command(pid).split()
+    if not argv:
+        return "?"
+    if "-m" in argv[:-1] and os.path.basename(argv[0]).startswith("python"):
+        return argv[argv.index("-m") + 1]
+    return os.path.basename(argv[0])
+
+
 def _command(pid: int) -> str:
     try:
         line = (Path("/proc") / str(pid) / "cmdline").read_bytes()
     except OSError:
         return "?"
     return line.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def _made(path: Path) -> str:
+    """When an entry was last written, and its size: which cell made it, in a log."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return "gone"
+    written = time.strftime("%H:%M:%S", time.localtime(stat.st_mtime))
+    return f"{stat.st_size} bytes, written {written}"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -112,7 +142,7 @@ def pytest_runtest_protocol(item, nextitem):
         time.sleep(0.5)
     name = os.path.relpath(path)
     for entry in entries:
-        _found.append(f"{name}: /dev/shm/{entry}")
+        _found.append(f"{name}: /dev/shm/{entry} ({_made(SHM / entry)})")
         (SHM / entry).unlink(missing_ok=True)
     for pid in orphans:
         _found.append(f"{name}: process {pid}: {_command(pid)[:120]}")
@@ -132,3 +162,14 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_sessionfinish(session):
     if _found:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config):
+    # Once more after the "N passed" line: a CI log is often read from its tail, and
+    # a run that failed with every test passed must say why there.
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if _found and reporter is not None:
+        reporter.write_line(
+            f"FAILED: the notebooks left {len(_found)} thing(s) behind: "
+            + "; ".join(_found)
+        )

@@ -3,11 +3,14 @@
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from booktools import leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
 # Alone: another test's server starting or stopping beside these would put its own
@@ -40,6 +43,8 @@ def test_a_shm_entry_nobody_maps_fails_the_run_and_is_removed(tmp_path):
     )
     assert done.returncode == 1, done.stdout[-2000:]
     assert f"leaky.ipynb: /dev/shm/{name}" in done.stdout
+    # The last line says it too, after the summary.
+    assert f"/dev/shm/{name}" in done.stdout.strip().splitlines()[-1]
     assert not os.path.exists(f"/dev/shm/{name}")
 
 
@@ -82,3 +87,32 @@ def test_an_orphaned_book_process_fails_the_run_and_is_killed(tmp_path):
     alive = subprocess.run(["pgrep", "-f", "^perf_analyzer 60$"], capture_output=True,
                            text=True, check=False)
     assert alive.stdout.strip() == ""
+
+
+def test_only_a_process_left_to_init_is_an_orphan():
+    # pid -> parent: 10 is the test run (older than the notebook), 20 its kernel, 21
+    # the kernel's server; 30 is a server whose kernel died (handed to init); 40 came
+    # in from outside the pid namespace (parent 0), 41 is its child; 50 is an old one.
+    parents = {1: 0, 10: 1, 20: 10, 21: 20, 30: 1, 31: 30, 40: 0, 41: 40, 50: 1}
+    assert sorted(leftovers.orphaned(parents, {1, 10, 50})) == [30, 31]
+
+
+def test_a_process_is_known_by_the_program_it_runs():
+    renamed = subprocess.Popen(["bash", "-c", "exec -a perf_analyzer sleep 30"])
+    module = subprocess.Popen(
+        [sys.executable, "-m", "timeit", "-n", "1", "import time; time.sleep(30)"]
+    )
+    # A command line that names a book program as an argument runs something else.
+    mention = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "tritonserver"]
+    )
+    try:
+        time.sleep(0.5)
+        assert leftovers.program(renamed.pid) == "perf_analyzer"
+        assert leftovers.program(module.pid) == "timeit"
+        assert "tritonserver" in Path(f"/proc/{mention.pid}/cmdline").read_text()
+        assert leftovers.program(mention.pid) not in leftovers.BOOK_PROCESSES
+    finally:
+        for child in (renamed, module, mention):
+            child.kill()
+            child.wait()
