@@ -14,6 +14,10 @@ pytestmark = pytest.mark.serial
 
 X = np.arange(4, dtype=np.float32).reshape(1, 4)
 CEILING = 1000 / PACE_MS  # executions per second one paced instance can finish
+# A test that needs a level to settle takes it again when it does not, as the notebooks
+# do (perf.run's attempts): a busy machine leaves one level in ten unsettled, and a
+# test fails on a second or third in a row only if the level truly swings.
+SETTLE_ATTEMPTS = 3
 
 
 def test_perf_analyzer_is_installed():
@@ -23,7 +27,7 @@ def test_perf_analyzer_is_installed():
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
     points = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1, 4],
-                      protocol=protocol, window_requests=20)
+                      protocol=protocol, window_requests=20, attempts=SETTLE_ATTEMPTS)
     one, four = points
     assert one.stable and four.stable
     for point in points:
@@ -51,7 +55,8 @@ def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottlenec
     # see the same throughput.
     for concurrency in (1, 2, 4):
         tool, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                         concurrency=[concurrency], window_requests=20)
+                         concurrency=[concurrency], window_requests=20,
+                         attempts=SETTLE_ATTEMPTS)
         ours = loadgen.measure(paced_server, "paced", {"INPUT__0": X}, ["OUTPUT__0"],
                                concurrency=concurrency, window=0.2,
                                expected={"OUTPUT__0": X})
@@ -64,7 +69,7 @@ def test_time_windows_last_as_long_as_asked_and_measure_the_same(paced_server):
     # three agreeing windows hold about 3 x 0.6 x CEILING answers, a count window
     # never less than a second's worth.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
-                      window_s=0.5)
+                      window_s=0.5, attempts=SETTLE_ATTEMPTS)
     assert point.stable and "--measurement-mode time_windows" in point.command
     assert "--measurement-interval 500" in point.command
     assert point.requests == pytest.approx(3 * 0.6 * point.infer_per_s, rel=0.25)
@@ -82,7 +87,8 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
     # queue now and then, which closed-loop runs at concurrency 1 never show.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
                       request_rate=[0.6 * CEILING],
-                      window_requests=100, stability=30, percentile=None)
+                      window_requests=100, stability=30, percentile=None,
+                      attempts=SETTLE_ATTEMPTS)
     assert point.stable and point.mode == "request rate"
     assert point.infer_per_s == pytest.approx(0.6 * CEILING, rel=0.25)
     assert point.queue > 0.05 * PACE_MS and "--request-distribution poisson" in point.command
@@ -92,7 +98,8 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
 def test_system_shared_memory_leaves_nothing_behind(paced_server):
     before = production.shm_segments("")
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[2],
-                      shared_memory="system", window_requests=20)
+                      shared_memory="system", window_requests=20,
+                      attempts=SETTLE_ATTEMPTS)
     assert point.stable and point.infer_per_s <= perf.capacity(point, 1) * 1.05
     assert paced_server.http().get_system_shared_memory_status() == []
     assert production.shm_segments("") == before
@@ -239,7 +246,8 @@ def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_serv
     paced_server.load("paced", config)
     try:
         point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                          concurrency=[8], window_requests=40)
+                          concurrency=[8], window_requests=40,
+                          attempts=SETTLE_ATTEMPTS)
     finally:
         paced_server.unload("paced")
         paced_server.load("paced")
