@@ -25,9 +25,10 @@ SCREENSHOTS = book/intro notebooks/00_environment notebooks/03_trace_parity \
               notebooks/04_dynamic_onnx_resize notebooks/06_pipelines book/workshop book/troubleshooting
 # Volatile text (ports, paths, timings) that nbval must not compare literally.
 # booktools.leftovers: after each notebook, no server, stub, load generator or /dev/shm
-# entry of its own may remain.
+# entry of its own may remain. booktools.budget: each notebook's time beside its budget
+# (booktools/budgets.json); one over 1.5 times its budget fails the run.
 NBVAL = --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
-	-p booktools.leftovers
+	-p booktools.leftovers -p booktools.budget
 
 TRITON_HTTP_PORT    ?= 8000
 TRITON_GRPC_PORT    ?= 8001

@@ -14,6 +14,13 @@ set size, PSS, of all the processes this runner started, sampled every 2 s; a
 server reached through ``TRITON_URL`` is not among them) and ``tritonbook.slowest_cells``
 (the three longest code cells: index in the notebook's cells, seconds). Cells carry no
 execution timestamps, so a re-run changes only the outputs and these fields.
+
+``tritonbook.provenance`` says where the outputs came from (``provenance``): the
+profile (``TRITONBOOK_PROFILE``), jupyter-cache's hash of the code cells, a hash of
+each ``tritonbook`` module the code imports, the commit and whether the tree had
+changes, the torch and tritonserver versions, the CPU, and the seconds of every code
+cell. ``tests/test_provenance.py`` fails on a committed notebook whose outputs came
+from a quick run or from other code cells.
 """
 
 from __future__ import annotations
@@ -69,9 +76,95 @@ def execute(path: Path, timeout: int = 1800) -> float:
             "run_seconds": round(seconds, 1), "executed": executed, "succeeded": succeeded,
             "cpu_seconds": round(_children_cpu_seconds() - cpu_before, 1),
             "peak_memory_gib": round(memory.peak_bytes / 2**30, 2),
-            "slowest_cells": [{"cell": index, "seconds": round(s, 1)} for index, s in slowest]}
+            "slowest_cells": [{"cell": index, "seconds": round(s, 1)} for index, s in slowest],
+            "provenance": provenance(notebook, cell_seconds)}
         nbformat.write(notebook, path)
     return seconds
+
+
+def code_hash(notebook) -> str:
+    """jupyter-cache's hash of a notebook's code cells (their sources and the kernel
+    spec; not their outputs, metadata or the markdown), as ``jupyter-book``'s cache
+    keys a notebook."""
+    from jupyter_cache.cache.main import JupyterCacheBase
+
+    # The method reads nothing of its instance.
+    return JupyterCacheBase.create_hashed_notebook(None, notebook, cell_metadata=())[1]
+
+
+def imported_modules(notebook) -> dict[str, str]:
+    """The ``tritonbook`` modules a notebook's code imports, each with the sha256 of
+    its source (the first 16 hex digits)."""
+    import ast
+    import hashlib
+
+    package = Path(__file__).resolve().parent.parent / "tritonbook"
+    names = set()
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse("\n".join(line for line in cell.source.splitlines()
+                                        if not line.lstrip().startswith(("%", "!"))))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tritonbook"):
+                parts = node.module.split(".")
+                names |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+    return {name: hashlib.sha256((package / f"{name}.py").read_bytes()).hexdigest()[:16]
+            for name in sorted(names) if (package / f"{name}.py").exists()}
+
+
+def _git(*args: str) -> str:
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def machine() -> dict:
+    """The CPU model, its cores, and whether it has AVX-512 (the CI budget's two cases)."""
+    model, flags = "", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = value
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "avx512": "avx512f" in flags.split()}
+
+
+def provenance(notebook, cell_seconds: dict[int, float]) -> dict:
+    """Where a run's outputs came from (the module docstring lists the fields)."""
+    from importlib import metadata
+
+    from tritonbook import profile
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return ""
+
+    return {
+        "profile": profile.current().name,
+        "code_hash": code_hash(notebook),
+        "modules": imported_modules(notebook),
+        "commit": _git("rev-parse", "HEAD"),
+        "tree_changed": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "torch": version("torch"),
+        # The embedded tritonserver is the one inside this wheel (Triton 2.51 in 0.5.x);
+        # a server reached through TRITON_URL is named instead.
+        "tritonserver": (f"TRITON_URL {os.environ['TRITON_URL']}" if os.environ.get("TRITON_URL")
+                         else f"nvidia-pytriton {version('nvidia-pytriton')}"),
+        **machine(),
+        "cell_seconds": {str(i): round(s, 2) for i, s in sorted(cell_seconds.items())},
+    }
 
 
 def _cell_costs(path: Path) -> str:

@@ -29,6 +29,8 @@ import pytest
 from booktools.execute import parent_pids
 
 SHM = Path("/dev/shm")
+# How long the stragglers get to go (the ini option leftovers_settle_s; the plugin's own
+# tests, which leave things on purpose, wait less).
 SETTLE_S = 30.0
 # What a notebook starts, by the program it runs (argv[0]'s file name, or the module of
 # ``python -m``): the only processes this plugin counts (and kills), so that nothing
@@ -124,6 +126,11 @@ def _made(path: Path) -> str:
     return f"{stat.st_size} bytes, written {written}"
 
 
+def pytest_addoption(parser):
+    parser.addini("leftovers_settle_s", "seconds the stragglers of a notebook get to go",
+                  default=str(SETTLE_S))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = str(item.path)
@@ -134,7 +141,7 @@ def pytest_runtest_protocol(item, nextitem):
         return
     # The notebook's last cell ran and its kernel is stopped.
     shm_before, pids_before = _before[path]
-    deadline = time.monotonic() + SETTLE_S
+    deadline = time.monotonic() + float(item.config.getini("leftovers_settle_s"))
     while True:
         entries, orphans = left_behind(shm_before, pids_before)
         if not (entries or orphans) or time.monotonic() > deadline:

@@ -1,6 +1,7 @@
 """book/gpu.md prints the saved GPU run, and the GPU script runs end to end."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,14 +57,15 @@ def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     # pipeline_load is left out: chapter 6's deployments under load with GFPGAN on two
     # CPU cores took 14 minutes in a dry run; it ran on the GPU (calls 8 and 9). So is
     # navigator (Model Navigator's runs, a minute here): the appendix runs the same calls
-    # on the CPU under nbval, and test_navigator.py checks the harness.
+    # on the CPU under nbval, and test_navigator.py checks the harness. batcher and
+    # pipeline (a minute together, in the quick profile) are left out too, so that the
+    # serial group stays under two minutes (issue 52): chapters 6 and 7 run their cells
+    # on the CPU under nbval, and the notebooks replace this script on a GPU (issue 53).
     sections = [
         "environment",
         "custom_ops",
         "trace_parity",
         "served",
-        "batcher",
-        "pipeline",
     ]
     done = subprocess.run(
         [
@@ -78,6 +80,8 @@ def test_the_gpu_script_runs_on_the_cpu(tmp_path):
         ],
         check=False,
         cwd=ROOT,
+        # The quick profile: the dry run checks the code, not the numbers.
+        env={**os.environ, "TRITONBOOK_PROFILE": "quick"},
         capture_output=True,
         text=True,
         timeout=600,
@@ -92,14 +96,3 @@ def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     assert served["stub_probe"]["right"], served["stub_probe"]
     assert served["served_max_abs"] == 0.0
     assert set(served["gfpgan_sweeps"]) == {"gfpgan", "gfpgan_batched"}
-    pipeline = record["pipeline"]
-    assert set(pipeline["deployments"]) == {
-        "ensemble",
-        "BLS",
-        "one python model",
-    }
-    assert record["batcher"]["max_abs"] < 1e-5
-    assert set(record["batcher"]["at_eight"]) == {
-        "no batcher",
-        "delay 2 ms",
-    }

@@ -25,7 +25,9 @@ def run_notebook(tmp_path, *cells):
     nbformat.write(notebook, path)
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(path), "--nbval-lax", "--nbval-current-env",
-         "-p", "booktools.leftovers", "-p", "no:cacheprovider", "-q"],
+         "-p", "booktools.leftovers", "-p", "no:cacheprovider", "-q",
+         # What is left on purpose stays: 3 s to go, not the 30 a notebook gets.
+         "-o", "leftovers_settle_s=3"],
         cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
     )
 

@@ -136,17 +136,6 @@ def test_tail_percentiles_need_five_samples_beyond_them():
     assert "p95" in str(enough) and "p95" not in str(few)
 
 
-def test_window_length_comes_from_one_setting(monkeypatch):
-    monkeypatch.delenv("TRITONBOOK_WINDOW_S", raising=False)
-    assert loadgen.window_seconds() == 1.0
-    monkeypatch.setenv("TRITONBOOK_WINDOW_S", "0.25")
-    assert loadgen.window_seconds() == 0.25
-    for bad in ("fast", "0", "-1"):
-        monkeypatch.setenv("TRITONBOOK_WINDOW_S", bad)
-        with pytest.raises(ValueError, match="TRITONBOOK_WINDOW_S"):
-            loadgen.window_seconds()
-
-
 @pytest.mark.parametrize("measurement", [loadgen.run, loadgen.measure])
 def test_a_wrong_answer_fails_the_run(triton, measurement):
     with pytest.raises(AssertionError, match="affine_torchscript output output__0 under load"):

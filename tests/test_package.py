@@ -118,4 +118,4 @@ def test_the_readme_fits_one_screen():
           if line and not line.startswith(("#", "set ", "cd ", "export "))]
     text = "\n".join(lines)
     for line in ci:
-        assert line in text or line.replace("make ", "TRITONBOOK_WINDOW_S=0.1 make ") in text, line
+        assert line in text or line.replace("make ", "TRITONBOOK_PROFILE=quick make ") in text, line

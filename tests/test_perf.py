@@ -27,12 +27,13 @@ def test_perf_analyzer_is_installed():
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
     points = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1, 4],
-                      protocol=protocol, window_requests=20, attempts=SETTLE_ATTEMPTS)
+                      protocol=protocol, window_s=0.5, attempts=SETTLE_ATTEMPTS)
     one, four = points
     assert one.stable and four.stable
     for point in points:
-        # At least three windows of 20 answers each; never above what one
-        # instance can compute, and not far below it once it is kept busy.
+        # Three windows of 0.5 s (perf_analyzer waits 0.6 s), 25 answers or more each;
+        # never above what one instance can compute, and not far below it once it is
+        # kept busy.
         assert point.requests >= 60
         assert point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
         assert point.infer_per_s > 0.8 * CEILING
@@ -53,9 +54,11 @@ def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottlenec
         paced_server):
     # 20 ms per request: both clients spend a small fraction of it, so both must
     # see the same throughput.
-    for concurrency in (1, 2, 4):
+    for concurrency in (1, 4):
+        # Time windows of 0.5 s (25 answers or more each): a count window never lasts
+        # under a second.
         tool, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                         concurrency=[concurrency], window_requests=20,
+                         concurrency=[concurrency], window_s=0.5,
                          attempts=SETTLE_ATTEMPTS)
         ours = loadgen.measure(paced_server, "paced", {"INPUT__0": X}, ["OUTPUT__0"],
                                concurrency=concurrency, window=0.2,
@@ -87,7 +90,7 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
     # queue now and then, which closed-loop runs at concurrency 1 never show.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
                       request_rate=[0.6 * CEILING],
-                      window_requests=100, stability=30, percentile=None,
+                      window_requests=60, stability=40, percentile=None,
                       attempts=SETTLE_ATTEMPTS)
     assert point.stable and point.mode == "request rate"
     assert point.infer_per_s == pytest.approx(0.6 * CEILING, rel=0.25)
@@ -106,14 +109,15 @@ def test_system_shared_memory_leaves_nothing_behind(paced_server):
 
 
 def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
-    # Windows of 3 answers cannot agree within 0 %: perf_analyzer gives up.
+    # Windows of 0.05 s (two or three answers each) cannot agree within 0 %:
+    # perf_analyzer gives up.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
-                      window_requests=3, stability=0, max_trials=4)
+                      window_s=0.05, stability=0, max_trials=4)
     assert not point.stable and np.isnan(point.infer_per_s) and point.requests == 0
     assert point.attempts == 1
     # Taken again while it does not settle: twice here, and it still says so.
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
-                      window_requests=3, stability=0, max_trials=4, attempts=2)
+                      window_s=0.05, stability=0, max_trials=4, attempts=2)
     assert not point.stable and point.attempts == 2
 
 

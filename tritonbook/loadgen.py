@@ -21,16 +21,15 @@ a millisecond, this client, not the server, sets the pace.
     result = measure(triton, "srcnn", inputs, ["output"], concurrency=4)
     print(result)  # throughput and latency, with how they were measured
 
-The window length comes from the environment variable ``TRITONBOOK_WINDOW_S`` (seconds,
-default 1.0). CI sets it shorter: every cell still runs and checks what it checks, and
-its numbers are noisier. perf_analyzer's count windows (``tritonbook.perf``) start at
-1 s whatever it says.
+The window is 1 s unless a cell names another. The quick profile
+(``tritonbook.profile``, CI's) shortens it to 0.1 s and takes the first three windows
+after the settling one, agreeing or not: every cell still runs and checks what it
+checks, and its numbers carry no conclusion.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import threading
 import time
@@ -39,7 +38,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LoadResult", "measure", "run", "sweep", "window_seconds", "server_totals",
+from tritonbook import profile
+
+__all__ = ["LoadResult", "measure", "run", "sweep", "server_totals",
            "capacity_check", "served_instances", "ImplausibleMeasurement",
            "results_table", "plot_sweeps",
            "executions_by_batch_size", "statistics_table"]
@@ -266,18 +267,6 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence[str
                       tuple(t - started for t in finished))
 
 
-def window_seconds() -> float:
-    """The measurement window of ``measure``: ``TRITONBOOK_WINDOW_S`` seconds, or 1.0."""
-    value = os.environ.get("TRITONBOOK_WINDOW_S", "1.0")
-    try:
-        window = float(value)
-    except ValueError:
-        raise ValueError(f"TRITONBOOK_WINDOW_S must be a number of seconds, not {value!r}") from None
-    if not 0 < window <= 60:
-        raise ValueError(f"TRITONBOOK_WINDOW_S must be between 0 and 60 seconds, not {value!r}")
-    return window
-
-
 SERVER_PHASES = {"queue": "queue", "input": "compute_input", "infer": "compute_infer",
                  "output": "compute_output"}
 
@@ -393,8 +382,8 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
 
     The clock starts when every worker is warm. The first window holds the moment all
     workers send at once, so it only settles the load and is never reported. Each
-    later window lasts at least ``window`` seconds (default ``window_seconds()``) and
-    until it holds a third of ``min_requests`` answers (default 60: 20 a window, so
+    later window lasts at least ``window`` seconds (default 1; the quick profile's 0.1)
+    and until it holds a third of ``min_requests`` answers (default 60: 20 a window, so
     that one answer more or less moves a window's throughput by 5 %, not more; as
     perf_analyzer's count windows grow until they hold their count). A request counts once, in the
     window where its answer arrived. After each window the last three are tested:
@@ -410,8 +399,8 @@ def measure(triton, model: str, inputs: dict[str, np.ndarray], outputs: Sequence
         raise ValueError("concurrency must be at least 1")
     if max_windows < 4:
         raise ValueError("max_windows must be at least 4: a settling window, then three to compare")
-    window = window_seconds() if window is None else float(window)
-    min_requests = 60 if min_requests is None else int(min_requests)
+    window, max_windows, min_requests = profile.loadgen_settings(
+        window, max_windows, 60 if min_requests is None else int(min_requests))
     per_window = max(1, math.ceil(min_requests / 3))
     if batch is None:
         batch = int(next(iter(inputs.values())).shape[0])

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tritonbook import profile
+
 __all__ = ["Parity", "parity", "Timing", "time_call", "timing_table", "plot_timings",
            "Ratio", "interleaved", "round_robin"]
 
@@ -102,9 +104,11 @@ def _synchronize() -> None:
 
 def time_call(fn: Callable[[], object], label: str, repeats: int = 20, warmup: int = 2,
               setting: str = "") -> Timing:
-    """Call ``fn()`` ``warmup`` times untimed, then ``repeats`` times timed (CUDA work included)."""
+    """Call ``fn()`` ``warmup`` times untimed, then ``repeats`` times timed (CUDA work
+    included); the quick profile (``tritonbook.profile``) makes fewer calls."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
+    repeats, warmup = profile.repeats(repeats), profile.warmup(warmup)
     for _ in range(warmup):
         fn()
     _synchronize()
@@ -302,7 +306,9 @@ def round_robin(runs: dict[str, Callable[[], float]], baseline: Callable[[], flo
     """Several measurements against one baseline: each round calls every function of
     ``runs`` in turn, then ``baseline`` (A B C base, A B C base, ...). Each ``Ratio``
     compares one of ``runs`` with the baseline's runs, which all of them share;
-    ``label`` is formatted with the name."""
+    ``label`` is formatted with the name. The quick profile (``tritonbook.profile``)
+    takes fewer rounds."""
+    rounds = profile.rounds(rounds)
     taken: dict[str, list[float]] = {name: [] for name in runs}
     base: list[float] = []
     for _ in range(rounds):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["config_differences", "first_errors", "outcome", "quiet", "summary"]
+__all__ = ["config_differences", "first_errors", "optimization_profile", "outcome", "quiet",
+           "summary"]
 
 # A Python exception's last line, e.g. "TypeError: ...", not the navigator's wrappers.
 _ERROR = re.compile(
@@ -32,6 +33,19 @@ _WRAPPERS = (
 )
 _STARTED = re.compile(r"Command '(?P<command>\w+)' started")
 _REPRODUCE = re.compile(r"reproduce error: /bin/bash (?P<key>[\w-]+)/")
+
+
+def optimization_profile(**fields):
+    """``nav.OptimizationProfile(**fields)``; the quick profile (``tritonbook.profile``)
+    times each batch size in windows of fewer samples (a window still counts)."""
+    import model_navigator as nav
+
+    from tritonbook import profile
+
+    cap = profile.current().navigator_window_size
+    if cap is not None:
+        fields["window_size"] = min(fields.get("window_size", 25), cap)
+    return nav.OptimizationProfile(**fields)
 
 
 @contextlib.contextmanager

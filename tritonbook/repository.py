@@ -127,6 +127,7 @@ def build_gfpgan_aoti(path: Path) -> None:
     """
     import torch
 
+    from tritonbook import aoti
     from tritonbook.gfpgan import use_ops
 
     deploy, face, pair = _gfpgan_deploy_examples()
@@ -135,8 +136,8 @@ def build_gfpgan_aoti(path: Path) -> None:
     with torch.no_grad(), use_ops(fused_modconv=False), tempfile.TemporaryDirectory() as folder:
         program = torch.export.export(deploy, (pair,), dynamic_shapes=({0: batch},))
         # The package's name must end in .pt2; ensure_model_files hands us a .partial name.
-        package_path = torch._inductor.aoti_compile_and_package(
-            program, package_path=os.path.join(folder, "model.pt2"))
+        package_path = os.path.join(folder, "model.pt2")
+        aoti.compile_package(program, package_path)
         package = torch._inductor.aoti_load_package(package_path)
         torch.testing.assert_close(package(face), deploy(face), rtol=1e-4, atol=1e-3)
         shutil.move(package_path, path)

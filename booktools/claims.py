@@ -1,0 +1,81 @@
+"""The prose's measured claims, held to the committed outputs of the full run.
+
+A cell measures and prints; it does not assert a measured direction, since CI re-runs
+it in the quick profile, whose numbers carry no conclusion. Where the prose states a
+direction, its markdown cell carries the claim in a comment that the rendered book
+does not show:
+
+    <!-- claim: mlp_python, infer/s at 16 in flight, concatenate / loop => higher -->
+    <!-- claim: C++ / broadcast, median time, small tensor > 1 -->
+
+The label is the start of a line the notebook printed (``Ratio`` prints
+``label: 1.92x (...): higher``). ``=> words`` holds when that line ends with them (a
+verdict; ``a | b`` when either will do); ``> number`` and ``< number`` compare the first number after the label.
+``tests/test_claims.py`` checks every claim against the committed outputs, so a
+re-run whose verdict differs fails until the prose says what the run says.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+CLAIM = re.compile(r"<!--\s*claim:\s*(?P<label>.+?)\s*(?P<op>=>|>|<)\s*(?P<value>.+?)\s*-->")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Claim:
+    label: str
+    op: str
+    value: str
+    cell: int
+
+    def __str__(self) -> str:
+        return f"cell {self.cell}: {self.label} {self.op} {self.value}"
+
+
+def claims(notebook: dict) -> list[Claim]:
+    """Every claim in the notebook's markdown cells."""
+    found = []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            found += [Claim(m["label"], m["op"], m["value"], index) for m in CLAIM.finditer(text)]
+    return found
+
+
+def printed_lines(notebook: dict) -> list[str]:
+    """Every line the notebook's code cells printed (stream outputs), stripped."""
+    lines = []
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                lines += [line.strip() for line in "".join(output["text"]).splitlines()]
+    return lines
+
+
+def check(claim: Claim, lines: list[str]) -> str | None:
+    """None when the printed lines bear the claim out; else what is wrong."""
+    matching = [line for line in lines if line.startswith(claim.label + ":")]
+    if not matching:
+        return f"{claim}: no printed line starts with {claim.label + ':'!r}"
+    line = matching[-1]
+    if claim.op == "=>":
+        endings = tuple(v.strip() for v in claim.value.split("|"))
+        return None if line.endswith(endings) else f"{claim}: the run printed {line!r}"
+    number = NUMBER.search(line[len(claim.label) + 1:])
+    if number is None:
+        return f"{claim}: no number in {line!r}"
+    measured, bound = float(number.group()), float(claim.value)
+    holds = measured > bound if claim.op == ">" else measured < bound
+    return None if holds else f"{claim}: the run printed {line!r}"
+
+
+def problems(path: Path) -> list[str]:
+    """What the committed outputs of ``path`` do not bear out."""
+    notebook = json.loads(Path(path).read_text())
+    lines = printed_lines(notebook)
+    return [p for claim in claims(notebook) if (p := check(claim, lines))]
