@@ -9,10 +9,11 @@ does not show:
     <!-- claim: C++ / broadcast, median time, small tensor > 1 -->
 
 The label is the start of a line the notebook printed (``Ratio`` prints
-``label: 1.92x (...): higher``). ``=> words`` holds when that line ends with them (a
-verdict; ``a | b`` when either will do); ``> number`` and ``< number`` compare the first number after the label.
-``tests/test_claims.py`` checks every claim against the committed outputs, so a
-re-run whose verdict differs fails until the prose says what the run says.
+``label: 1.92x (...): higher``); the last such line counts. ``=> words`` holds when it
+ends with them (a verdict; ``a | b`` when either will do); ``> number`` and ``< number``
+compare the first number after the label. ``tests/test_provenance.py`` checks every
+claim against the committed outputs, so a re-run whose verdict differs fails until the
+prose says what the run says.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def provenance(notebook, cell_seconds: dict[int, float]) -> dict:
         "commit": _git("rev-parse", "HEAD"),
         "tree_changed": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "torch": version("torch"),
-        # The embedded tritonserver is the one inside this wheel (Triton 2.51 in 0.5.x);
+        # The embedded tritonserver is the one inside this wheel (Triton 2.51 at the pin);
         # a server reached through TRITON_URL is named instead.
         "tritonserver": (f"TRITON_URL {os.environ['TRITON_URL']}" if os.environ.get("TRITON_URL")
                          else f"nvidia-pytriton {version('nvidia-pytriton')}"),
