@@ -22,7 +22,7 @@ cell asks for through ``current()``, and a cell that loops over its own runs ask
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 __all__ = ["Profile", "PROFILES", "VARIABLE", "current", "rounds", "repeats", "warmup",
            "loadgen_settings", "perf_settings"]
@@ -60,9 +60,6 @@ class Profile:
     perf_attempts: int | None
     # Model Navigator's profiling: samples per timing window (its default is 25).
     navigator_window_size: int | None
-
-    def describe(self) -> dict:
-        return asdict(self)
 
 
 PROFILES = {
