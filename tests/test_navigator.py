@@ -97,6 +97,7 @@ def test_config_differences_lists_only_the_fields_that_differ():
 # fork (another test in the same pytest worker can have done so).
 RUN = """
 import json, os, sys
+from pathlib import Path
 import torch
 from tritonbook import navigator
 
@@ -105,21 +106,30 @@ def semaphores():
 
 before = semaphores()
 workspace = sys.argv[1]
+navigator.CACHE = Path(sys.argv[2])
 with navigator.quiet(workspace + ".log"):
     import model_navigator as nav
 model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
-with navigator.quiet(workspace + ".log"):
-    nav.torch.optimize(
-        model=model,
-        dataloader=[torch.rand(1, 3, 8, 8) for _ in range(2)],
-        workspace=workspace,
-        target_device=nav.DeviceKind.CPU,
-        target_formats=(nav.Format.ONNX,),
-        runners=("TorchCPU", "OnnxCPU"),
-        optimization_profile=nav.OptimizationProfile(
-            max_batch_size=1, throughput_cutoff_threshold=None, stability_percentage=100
-        ),
-    )
+samples = [torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+options = dict(
+    target_device=nav.DeviceKind.CPU,
+    target_formats=(nav.Format.ONNX,),
+    runners=("TorchCPU", "OnnxCPU"),
+    optimization_profile=nav.OptimizationProfile(
+        max_batch_size=1, throughput_cutoff_threshold=None, stability_percentage=100
+    ),
+)
+navigator.optimize(model, samples, workspace, **options)
+# The same run again, into a second workspace: a copy of the first, and a package.
+again = navigator.optimize(model, samples, workspace + "-again", **options)
+assert type(again).__name__ == "Package", again
+key = navigator.run_key(model, samples, options)
+other_model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+keys_differ = [
+    navigator.run_key(model, samples[:1], options) != key,
+    navigator.run_key(other_model, samples, options) != key,
+    navigator.run_key(model, samples, dict(options, runners=("OnnxCPU",))) != key,
+]
 import multiprocessing
 from tqdm import tqdm
 
@@ -131,6 +141,7 @@ lock = multiprocessing.Lock()
 # Measured before the interpreter exits, while nothing has cleaned up for it yet.
 print(json.dumps({
     "left": sorted(semaphores() - before),
+    "keys_differ": keys_differ,
     "method": multiprocessing.get_start_method(allow_none=True),
 }))
 """
@@ -144,8 +155,9 @@ def test_summary_of_a_real_run_on_the_cpu(tmp_path):
     if importlib.util.find_spec("model_navigator") is None:
         pytest.skip("requirements-navigator.txt is not installed")
     workspace = tmp_path / "workspace"
+    cache = tmp_path / "cache"
     done = subprocess.run(
-        [sys.executable, "-c", RUN, str(workspace)],
+        [sys.executable, "-c", RUN, str(workspace), str(cache)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -171,6 +183,13 @@ def test_summary_of_a_real_run_on_the_cpu(tmp_path):
     table = navigator.summary(workspace)
     assert navigator.outcome(table, "torch") == "pass"
     assert navigator.outcome(table, "onnx") == "pass"
+    # The second run was the first's workspace, from the cache: one entry, one log.
+    assert len(list(cache.iterdir())) == 1
+    assert navigator.summary(tmp_path / "workspace-again") == navigator.summary(workspace)
+    first_log = (tmp_path / "workspace.log").read_text()
+    assert (tmp_path / "workspace-again.log").read_text().startswith(first_log)
+    # Another sample, weight or option is another run.
+    assert after["keys_differ"] == [True, True, True]
 
 
 def test_outcome_reads_export_and_check_only():

@@ -5,21 +5,29 @@ exports a PyTorch model to several formats, checks and profiles each, and writes
 a Triton model folder. It logs a great deal, from this process and from the child
 processes it starts; ``quiet`` sends all of it to a file, and ``summary`` reads back
 from its workspace what each format did, with the first error that stopped it.
+``optimize`` is ``nav.torch.optimize`` run quietly, once per clone for the same model,
+samples and settings: the workspace is kept in ``_build/cache/navigator/``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
 
-__all__ = ["config_differences", "first_errors", "optimization_profile", "outcome", "quiet",
-           "summary"]
+__all__ = ["CACHE", "config_differences", "first_errors", "optimization_profile", "optimize",
+           "outcome", "quiet", "run_key", "summary"]
+
+_PACKAGE = Path(__file__).resolve().parent
+CACHE = _PACKAGE.parent / "_build" / "cache" / "navigator"
 
 # A Python exception's last line, e.g. "TypeError: ...", not the navigator's wrappers.
 _ERROR = re.compile(
@@ -46,6 +54,100 @@ def optimization_profile(**fields):
     if cap is not None:
         fields["window_size"] = min(fields.get("window_size", 25), cap)
     return nav.OptimizationProfile(**fields)
+
+
+def run_key(model, samples, options: dict) -> str:
+    """sha256 of what a navigator run's workspace depends on: the navigator's, torch's
+    and the book package's code, the profile, the model's class and weights, the samples
+    and the options (their reprs: enums, configs and profiles are dataclasses)."""
+    import model_navigator as nav
+    import torch
+
+    from tritonbook import profile
+
+    digest = hashlib.sha256()
+
+    def add(text: str) -> None:
+        digest.update(text.encode())
+        digest.update(b"\0")
+
+    add(f"{nav.__version__} {torch.__version__} {profile.current()}")
+    # The model's code may live anywhere in the package (GFPGAN's layers, SRCNN's).
+    for source in sorted(_PACKAGE.rglob("*.py")):
+        add(str(source.relative_to(_PACKAGE)))
+        digest.update(source.read_bytes())
+    add(f"{type(model).__module__}.{type(model).__qualname__}")
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        add(f"{name} {tensor.dtype} {tuple(tensor.shape)}")
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    for tensor in _tensors(samples):
+        add(f"{tensor.dtype} {tuple(tensor.shape)}")
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    for name in sorted(options):
+        add(f"{name}={options[name]!r}")
+    return digest.hexdigest()
+
+
+def _tensors(value):
+    if hasattr(value, "view") and hasattr(value, "dtype"):
+        yield value
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            yield from _tensors(value[key])
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    else:
+        raise TypeError(f"a navigator sample holds {type(value).__name__}, not tensors")
+
+
+def optimize(model, samples, workspace: str | os.PathLike, **options):
+    """``nav.torch.optimize(model=model, dataloader=samples, workspace=workspace,
+    **options)`` inside ``quiet`` (its log next to the workspace, ``<workspace>.log``),
+    and the package it returns.
+
+    The workspace is a function of ``run_key``'s inputs, so it is kept in ``CACHE``:
+    the same run again in this clone (the second test pass, a notebook run twice) copies
+    it and loads the package from it (``nav.package.load_from_workspace``) instead of
+    exporting, checking and profiling again. Under the quick profile the navigator runs
+    its commands in this process (``tritonbook.profile``)."""
+    import model_navigator as nav
+
+    from tritonbook import profile
+
+    workspace = Path(workspace)
+    log = workspace.with_name(workspace.name + ".log")
+    cached = CACHE / run_key(model, samples, options)
+    if (cached / "workspace").is_dir():
+        shutil.copytree(cached / "workspace", workspace, dirs_exist_ok=True)
+        shutil.copyfile(cached / "run.log", log)
+        with quiet(log):
+            return nav.package.load_from_workspace(workspace)
+    switch = "NAVIGATOR_USE_MULTIPROCESSING"
+    before = os.environ.get(switch)
+    if profile.current().navigator_in_process:
+        os.environ[switch] = "False"
+    try:
+        with quiet(log):
+            package = nav.torch.optimize(
+                model=model, dataloader=samples, workspace=workspace, **options
+            )
+    finally:
+        if before is None:
+            os.environ.pop(switch, None)
+        else:
+            os.environ[switch] = before
+    # Into the cache under a temporary name, then renamed: a killed run leaves no half.
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=CACHE, suffix=".partial"))
+    shutil.copytree(workspace, partial / "workspace")
+    shutil.copyfile(log, partial / "run.log")
+    try:
+        os.rename(partial, cached)
+    except OSError:  # another process cached the same run first
+        shutil.rmtree(partial)
+    return package
 
 
 @contextlib.contextmanager
