@@ -29,6 +29,29 @@ def test_quick_does_less_of_everything(monkeypatch):
     assert quick["window_requests"] == 6 and quick["max_trials"] == 3 and quick["attempts"] == 1
     assert quick["stability"] == 1000.0
     assert profile.current().navigator_window_size == 3
+    assert profile.current().navigator_in_process
+    assert dict(profile.current().aoti_options) == {
+        "cpp.simdlen": 1, "aot_inductor.debug_compile": True}
+
+
+def test_an_aoti_package_is_keyed_by_program_weights_and_profile(monkeypatch):
+    import torch
+
+    from tritonbook import aoti
+
+    def program(scale):
+        layer = torch.nn.Linear(3, 2)
+        with torch.no_grad():
+            layer.weight.fill_(scale)
+            layer.bias.zero_()
+        return torch.export.export(layer, (torch.ones(2, 3),))
+
+    monkeypatch.delenv(profile.VARIABLE, raising=False)
+    full = aoti.program_key(program(1.0))
+    assert aoti.program_key(program(1.0)) == full  # the same program, the same package
+    assert aoti.program_key(program(2.0)) != full  # other weights
+    monkeypatch.setenv(profile.VARIABLE, "quick")
+    assert aoti.program_key(program(1.0)) != full  # other compile settings
 
 
 def test_an_unknown_profile_is_refused(monkeypatch):

@@ -6,7 +6,8 @@ and the weights. On two CPU cores GFPGAN takes one and a half to two minutes, an
 twice is paid twice. ``compile_package`` keeps each package it compiles in
 ``_build/cache/aoti/`` (inside the clone, ignored by git, removed by ``make clean``),
 named by a hash of everything the package is a function of: the torch version, the
-graph, its dynamic shapes, and the bytes of every weight and constant. The same program
+graph, its dynamic shapes, the bytes of every weight and constant, and the profile's
+compile settings (the quick profile compiles scalar kernels at -O0, ``tritonbook.profile``). The same program
 again, in the next notebook pass or in ``repository.build_gfpgan_aoti``, is a copy.
 """
 
@@ -41,11 +42,15 @@ def program_key(program) -> str:
     """sha256 of what an ExportedProgram's package depends on."""
     import torch
 
+    from tritonbook import profile
+
     digest = hashlib.sha256()
     digest.update(torch.__version__.encode())
     digest.update(program.graph_module.code.encode())
     digest.update(repr(program.range_constraints).encode())
     digest.update(repr(program.call_spec).encode())
+    # The profile's compile settings make another package (tritonbook.profile).
+    digest.update(repr(profile.current().aoti_options).encode())
     for source in (program.state_dict, program.constants):
         for name in sorted(source):
             value = source[name]
@@ -70,7 +75,11 @@ def compile_package(program, path: str | os.PathLike) -> Compiled:
     if cached.exists():
         shutil.copyfile(cached, path)
         return Compiled(path, time.perf_counter() - started, True)
-    torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+    from tritonbook import profile
+
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=str(path), inductor_configs=dict(profile.current().aoti_options)
+    )
     seconds = time.perf_counter() - started
     CACHE.mkdir(parents=True, exist_ok=True)
     # Into the cache under a temporary name, then renamed: a killed run leaves no half file.

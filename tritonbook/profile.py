@@ -65,6 +65,12 @@ class Profile:
     # imports torch again, about a minute of a chapter 8 pass on two cores. The full
     # profile keeps the navigator's default, each command isolated in its own process.
     navigator_in_process: bool
+    # Inductor settings for AOTInductor packages (``tritonbook.aoti``), as (name, value)
+    # pairs. The quick profile's scalar kernels (cpp.simdlen 1) built at -O0
+    # (aot_inductor.debug_compile) compute the same answers, slower, and compile GFPGAN
+    # in about 60 s instead of 110 s on two cores: Inductor's vectorisation analysis and
+    # the optimiser are most of a compile.
+    aoti_options: tuple = ()
 
 
 PROFILES = {
@@ -83,7 +89,8 @@ PROFILES = {
         # ones, and a threshold that any three meet (1000 %).
         perf_window_s=0.25, perf_window_requests=6, perf_max_trials=3,
         perf_stability=1000.0, perf_attempts=1, navigator_window_size=3,
-        navigator_in_process=True),
+        navigator_in_process=True,
+        aoti_options=(("cpp.simdlen", 1), ("aot_inductor.debug_compile", True))),
 }
 
 
