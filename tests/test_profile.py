@@ -29,7 +29,6 @@ def test_quick_does_less_of_everything(monkeypatch):
     assert quick["window_requests"] == 6 and quick["max_trials"] == 3 and quick["attempts"] == 1
     assert quick["stability"] == 1000.0
     assert profile.current().navigator_window_size == 3
-    assert profile.current().navigator_in_process
     assert dict(profile.current().aoti_options) == {
         "cpp.simdlen": 1, "aot_inductor.debug_compile": True}
 

@@ -110,11 +110,8 @@ def optimize(model, samples, workspace: str | os.PathLike, **options):
     The workspace is a function of ``run_key``'s inputs, so it is kept in ``CACHE``:
     the same run again in this clone (the second test pass, a notebook run twice) copies
     it and loads the package from it (``nav.package.load_from_workspace``) instead of
-    exporting, checking and profiling again. Under the quick profile the navigator runs
-    its commands in this process (``tritonbook.profile``)."""
+    exporting, checking and profiling again."""
     import model_navigator as nav
-
-    from tritonbook import profile
 
     workspace = Path(workspace)
     log = workspace.with_name(workspace.name + ".log")
@@ -124,20 +121,10 @@ def optimize(model, samples, workspace: str | os.PathLike, **options):
         shutil.copyfile(cached / "run.log", log)
         with quiet(log):
             return nav.package.load_from_workspace(workspace)
-    switch = "NAVIGATOR_USE_MULTIPROCESSING"
-    before = os.environ.get(switch)
-    if profile.current().navigator_in_process:
-        os.environ[switch] = "False"
-    try:
-        with quiet(log):
-            package = nav.torch.optimize(
-                model=model, dataloader=samples, workspace=workspace, **options
-            )
-    finally:
-        if before is None:
-            os.environ.pop(switch, None)
-        else:
-            os.environ[switch] = before
+    with quiet(log):
+        package = nav.torch.optimize(
+            model=model, dataloader=samples, workspace=workspace, **options
+        )
     # Into the cache under a temporary name, then renamed: a killed run leaves no half.
     CACHE.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(dir=CACHE, suffix=".partial"))

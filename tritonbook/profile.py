@@ -60,11 +60,6 @@ class Profile:
     perf_attempts: int | None
     # Model Navigator's profiling: samples per timing window (its default is 25).
     navigator_window_size: int | None
-    # Model Navigator's commands in the calling process (its documented switch
-    # NAVIGATOR_USE_MULTIPROCESSING=False), not one spawned child each: every child
-    # imports torch again, about a minute of a chapter 8 pass on two cores. The full
-    # profile keeps the navigator's default, each command isolated in its own process.
-    navigator_in_process: bool
     # Inductor settings for AOTInductor packages (``tritonbook.aoti``), as (name, value)
     # pairs. The quick profile's scalar kernels (cpp.simdlen 1) built at -O0
     # (aot_inductor.debug_compile) compute the same answers, slower, and compile GFPGAN
@@ -78,8 +73,7 @@ PROFILES = {
         name="full", rounds=None, repeats=None, warmup=None,
         window_s=1.0, longest_window_s=None, max_windows=None, min_requests=None,
         perf_window_s=None, perf_window_requests=None, perf_max_trials=None,
-        perf_stability=None, perf_attempts=None, navigator_window_size=None,
-        navigator_in_process=False),
+        perf_stability=None, perf_attempts=None, navigator_window_size=None),
     "quick": Profile(
         name="quick", rounds=1, repeats=3, warmup=1,
         # Four windows of at least 0.1 s, one answer each at least: a GFPGAN level
@@ -89,7 +83,6 @@ PROFILES = {
         # ones, and a threshold that any three meet (1000 %).
         perf_window_s=0.25, perf_window_requests=6, perf_max_trials=3,
         perf_stability=1000.0, perf_attempts=1, navigator_window_size=3,
-        navigator_in_process=True,
         aoti_options=(("cpp.simdlen", 1), ("aot_inductor.debug_compile", True))),
 }
 
