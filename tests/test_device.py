@@ -1,0 +1,68 @@
+"""TRITONBOOK_DEVICE: the device the chapters run on (issue 53)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tritonbook import device
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LABEL = re.compile(r"""device\.skipped\(\s*["']([\w-]+)["']""")
+
+
+def test_cpu_is_the_cpu_wherever_a_gpu_is(monkeypatch):
+    monkeypatch.setenv(device.VARIABLE, "cpu")
+    assert device.selected() == "cpu"
+    assert device.torch_device() == torch.device("cpu")
+    assert device.instance_group(2) == [{"count": 2, "kind": "KIND_CPU"}]
+    assert device.describe() == "device: CPU (TRITONBOOK_DEVICE=cpu)"
+
+
+def test_auto_follows_what_torch_sees(monkeypatch):
+    monkeypatch.delenv(device.VARIABLE, raising=False)
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert device.selected() == want
+    kind = device.instance_group()[0]["kind"]
+    assert kind == ("KIND_GPU" if want == "cuda" else "KIND_CPU")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_cuda_without_a_gpu_says_why(monkeypatch):
+    monkeypatch.setenv(device.VARIABLE, "cuda")
+    with pytest.raises(RuntimeError, match=r"TRITONBOOK_DEVICE=cuda, but .*(without CUDA|finds no GPU)"):
+        device.selected()
+
+
+def test_an_unknown_device_is_refused(monkeypatch):
+    monkeypatch.setenv(device.VARIABLE, "gpu")
+    with pytest.raises(ValueError, match="must be one of auto, cpu, cuda, not 'gpu'"):
+        device.selected()
+    monkeypatch.setenv(device.VARIABLE, "cpu")
+    with pytest.raises(ValueError, match="at least one instance"):
+        device.instance_group(0)
+
+
+def test_a_skip_is_listed_with_its_reason(monkeypatch):
+    monkeypatch.setenv(device.VARIABLE, "cpu")
+    with pytest.raises(KeyError, match="not in tritonbook.device.SKIPS"):
+        device.skipped("no-such-cell")
+    monkeypatch.setitem(device.SKIPS, "example", {"cuda": "needs the CPU's oneDNN"})
+    assert device.skipped("example") is None
+
+
+def test_the_skip_list_is_the_notebooks_own():
+    """Every label a cell asks about is listed, with a reason per device; every listed
+    label is asked about by a cell."""
+    used = set()
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                used |= set(LABEL.findall("".join(cell["source"])))
+    assert used == set(device.SKIPS), (used ^ set(device.SKIPS))
+    for label, reasons in device.SKIPS.items():
+        assert reasons and set(reasons) <= {"cpu", "cuda"}, label
+        assert all(reason.strip() for reason in reasons.values()), label
