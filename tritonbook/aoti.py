@@ -7,8 +7,9 @@ twice is paid twice. ``compile_package`` keeps each package it compiles in
 ``_build/cache/aoti/`` (inside the clone, ignored by git, removed by ``make clean``),
 named by a hash of everything the package is a function of: the torch version, the
 graph, its dynamic shapes, the bytes of every weight and constant, and the profile's
-compile settings (the quick profile compiles scalar kernels at -O0, ``tritonbook.profile``). The same program
-again, in the next notebook pass or in ``repository.build_gfpgan_aoti``, is a copy.
+compile settings (the quick profile compiles scalar kernels at -O0, ``tritonbook.profile``).
+The same program again, in the next notebook pass or in ``repository.build_gfpgan_aoti``,
+is a copy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CACHE", "Compiled", "program_key", "compile_package"]
+from tritonbook import profile
+
+__all__ = ["CACHE", "Compiled", "add_tensor", "program_key", "compile_package"]
 
 CACHE = Path(__file__).resolve().parent.parent / "_build" / "cache" / "aoti"
 
@@ -38,11 +41,18 @@ class Compiled:
         return f"{self.path.stem}: {size:.1f} MiB, {how}"
 
 
+def add_tensor(digest, tensor) -> None:
+    """Add a tensor's dtype, shape and bytes to ``digest`` (a hashlib object)."""
+    import torch
+
+    tensor = tensor.detach().cpu().contiguous()
+    digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+    digest.update(tensor.view(torch.uint8).numpy().tobytes())
+
+
 def program_key(program) -> str:
     """sha256 of what an ExportedProgram's package depends on."""
     import torch
-
-    from tritonbook import profile
 
     digest = hashlib.sha256()
     digest.update(torch.__version__.encode())
@@ -56,9 +66,7 @@ def program_key(program) -> str:
             value = source[name]
             digest.update(name.encode())
             if isinstance(value, torch.Tensor):
-                tensor = value.detach().cpu().contiguous()
-                digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-                digest.update(tensor.view(torch.uint8).numpy().tobytes())
+                add_tensor(digest, value)
             else:
                 digest.update(repr(value).encode())
     return digest.hexdigest()
@@ -75,8 +83,6 @@ def compile_package(program, path: str | os.PathLike) -> Compiled:
     if cached.exists():
         shutil.copyfile(cached, path)
         return Compiled(path, time.perf_counter() - started, True)
-    from tritonbook import profile
-
     torch._inductor.aoti_compile_and_package(
         program, package_path=str(path), inductor_configs=dict(profile.current().aoti_options)
     )

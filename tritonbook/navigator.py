@@ -64,6 +64,7 @@ def run_key(model, samples, options: dict) -> str:
     import torch
 
     from tritonbook import profile
+    from tritonbook.aoti import add_tensor
 
     digest = hashlib.sha256()
 
@@ -78,12 +79,10 @@ def run_key(model, samples, options: dict) -> str:
         digest.update(source.read_bytes())
     add(f"{type(model).__module__}.{type(model).__qualname__}")
     for name, tensor in model.state_dict().items():
-        tensor = tensor.detach().cpu().contiguous()
-        add(f"{name} {tensor.dtype} {tuple(tensor.shape)}")
-        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+        add(name)
+        add_tensor(digest, tensor)
     for tensor in _tensors(samples):
-        add(f"{tensor.dtype} {tuple(tensor.shape)}")
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        add_tensor(digest, tensor)
     for name in sorted(options):
         add(f"{name}={options[name]!r}")
     return digest.hexdigest()
