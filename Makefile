@@ -12,6 +12,10 @@
 #   make serve  the embedded Triton server in the foreground (ports 8000/8001/8002)
 #   make student
 #               workshop/: the chapters without their solutions and outputs, for students
+#   make book-gpu
+#               on a lent GPU machine (../shared/GPU.md, with .gpu/ carried): every
+#               chapter on the GPU with the embedded server, several at once, each
+#               within its budget; failing cells recorded; one archive in $OUT
 # Set TRITON_URL (and TRITON_GRPC_URL) to run the notebooks against a running
 # server, such as the NGC container from docker/compose.yaml, instead.
 
@@ -39,7 +43,7 @@ LOAD ?=
 #   make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: venv check book execute html test test-remote serve student clean
+.PHONY: venv check book book-gpu execute html test test-remote serve student clean
 
 venv: $(VENV)/.installed
 
@@ -72,8 +76,11 @@ html: venv
 
 test: venv
 	# The notebooks first, as a reader runs them on a fresh clone: they build the C++
-	# extension and the model files, which the unit tests then find in place.
-	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL) --durations=30
+	# extension and the model files, which the unit tests then find in place. The book's
+	# own runner, as make book and make book-gpu use it, on this machine's device: copies
+	# in _build/executed, the checked outputs compared with the committed ones, nothing
+	# left behind, each notebook's time beside its budget (booktools/execute.py).
+	$(BIN)/python -m booktools.execute --check --out _build/executed $(NOTEBOOKS)
 	# The unit tests that measure load or watch processes alone, then the others two at a time.
 	$(BIN)/python -m pytest tests -m serial
 	$(BIN)/python -m pytest tests -m "not serial" -n 2 --dist loadfile
@@ -94,6 +101,19 @@ serve: venv
 	TRITON_HTTP_PORT=$(TRITON_HTTP_PORT) TRITON_GRPC_PORT=$(TRITON_GRPC_PORT) \
 	TRITON_METRICS_PORT=$(TRITON_METRICS_PORT) \
 	$(BIN)/python -m tritonbook.serve $(foreach m,$(LOAD),--load-model $(m))
+
+# The GPU machine has its own Python and torch and no network: booktools/gpu_device.sh
+# unpacks what python -m booktools.gpu_bundle packed here. Chapters only (not the
+# workshop guide); GPU_NOTEBOOKS= re-runs some of them, in a second call.
+GPU_NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
+# Five at once on the machine's 16 cores: with the plan's budgets, done in 300 s or less.
+GPU_JOBS = 5
+OUT ?= _build
+
+book-gpu:
+	. booktools/gpu_device.sh && TRITONBOOK_DEVICE=cuda python3 -m booktools.execute \
+	    --plan gpu --jobs $(GPU_JOBS) --keep-going --out _build/gpu --archive $(OUT)/book-gpu.tar.gz \
+	    $(GPU_NOTEBOOKS)
 
 student: venv
 	$(BIN)/python -m booktools.student $(sort $(wildcard notebooks/*.ipynb)) --out workshop

@@ -2,19 +2,24 @@
 
     python -m booktools.gpu_bundle            # writes .gpu/ and .gpucv/ (ignored)
 
-The lent machine has PyTorch but no network: the embedded server (``nvidia-pytriton``),
-the clients, ``perf_analyzer`` and the numpy and OpenCV the book pins travel with the
-call. One call may carry 64 MiB with the tree, so they come in two folders:
+The lent machine has Python 3.12, PyTorch and no network (../shared/GPU.md): what
+``make book-gpu`` needs beyond its own packages travels with the call. One call may carry
+64 MiB with the tree (``CARRY_LIMIT``), so it comes in two folders:
 
-* ``.gpu/bundle.tar.xz`` (about 57 MB): the wheels installed for CPython 3.12 in
-  ``site/``, numpy 1.26 in ``numpy126/`` (the 24.10 stub's pybind11 predates numpy 2),
-  ``perf_analyzer`` in ``libexec/`` and the libraries it needs in ``lib/``
-  (``libb64.so.0d``, the CUDA 12 runtime: the machine's PyTorch brings CUDA 13's);
-* ``.gpucv/``: the OpenCV 4.11 wheel (50 MB), for chapter 6's face detector.
+* ``.gpu/bundle.tar.xz``: the wheels of ``WHEELS`` installed for CPython 3.12 in
+  ``site/`` (the embedded server, the clients, the kernel and runner that execute the
+  notebooks, Model Navigator's curated set), numpy 1.26 in ``numpy126/`` (the 24.10
+  stub's pybind11 predates numpy 2), ``perf_analyzer`` in ``libexec/`` and the libraries
+  it needs in ``lib/`` (``libb64.so.0d``, the CUDA 12 runtime: the machine's PyTorch
+  brings CUDA 13's). What the machine cannot use is left out (``UNUSED``): the python
+  stubs and libpython of other Python versions, the packages' own tests.
+* ``.gpucv/``: the OpenCV 4.11 wheel (48 MiB), for chapter 6's face detector: the
+  machine's OpenCV 5 has no ``cv2.CascadeClassifier``. It does not fit in the same call;
+  carry it in a second call, while the machine is warm, that re-runs chapter 6.
 
-On the machine, ``source booktools/gpu_device.sh`` unpacks the first and sets the
-environment; carry ``.gpucv`` in a second call made while the machine is warm, and the
-same script installs it. ``book/gpu.md`` gives the commands that ran.
+Versions are this environment's (``requirements.txt``, ``requirements-navigator.txt``),
+so the machine runs what CI tested. On the machine, ``. booktools/gpu_device.sh``
+unpacks both and sets the environment (``make book-gpu`` does).
 """
 
 from __future__ import annotations
@@ -23,27 +28,44 @@ import argparse
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CARRY_LIMIT = 64 * 2**20
 
-# What the book's GPU script needs beyond the machine's own packages, pinned
-# to the versions the book's environment resolves to.
-WHEELS = [
-    "nvidia-pytriton==0.7.0", "tritonclient==2.73.0", "geventhttpclient==2.6.1",
-    "gevent==26.9.0", "greenlet", "zope.event", "zope.interface", "brotli",
-    "certifi", "python-rapidjson==1.25", "sh==2.4.0", "wrapt", "typing_inspect",
-    "mypy_extensions", "pyzmq==27.3.0", "typer", "click", "rich", "shellingham",
-    "markdown-it-py", "mdurl", "pygments", "importlib_metadata", "zipp", "urllib3",
-    "ml-dtypes",
-]
+# The server and its clients; the kernel and runner that execute the notebooks (and
+# jupyter-cache, whose hash the provenance records); Model Navigator's curated set.
+SERVER = ["nvidia-pytriton", "tritonclient", "geventhttpclient", "gevent", "greenlet",
+          "zope.event", "zope.interface", "brotli", "certifi", "python-rapidjson", "sh",
+          "wrapt", "typing_inspect", "mypy_extensions", "pyzmq", "typer", "click", "rich",
+          "shellingham", "markdown-it-py", "mdurl", "pygments", "importlib_metadata", "zipp",
+          "urllib3"]  # not ml-dtypes (25 MB): the machine's onnx brings it
+RUNNER = ["ipykernel", "ipython", "ipython_pygments_lexers", "comm", "jupyter_client",
+          "jupyter_core", "nbclient", "nbformat", "traitlets", "tornado", "nest_asyncio",
+          "psutil", "matplotlib-inline", "jedi", "parso", "prompt_toolkit", "wcwidth",
+          "pexpect", "ptyprocess", "stack_data", "asttokens", "executing", "pure_eval",
+          "fastjsonschema", "jsonschema", "jsonschema-specifications", "referencing",
+          "rpds-py", "attrs", "platformdirs", "python-dateutil", "jupyter-cache",
+          "sqlalchemy", "tabulate", "pyyaml"]
+NAVIGATOR = [line.split("==")[0] for line in
+             (ROOT / "requirements-navigator.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
 STUB_NUMPY = "numpy==1.26.4"
 OPENCV = "opencv-python-headless==4.11.0.86"
+# Inside the installed wheels: what a Python 3.12 machine never loads.
+UNUSED = ["pytriton/tritonserver/python_backend_stubs/3.[!1]*",
+          "pytriton/tritonserver/python_backend_stubs/3.1[!2]",
+          "nvidia_pytriton.libs/libpython3-*.13.so*", "**/tests"]
 # pip matches each manylinux tag exactly: these cover the wheels above.
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 17, 24, 26, 27, 28, 35)]
 PLATFORMS += ["manylinux2014_x86_64", "manylinux1_x86_64"]
+
+
+def pinned(names: list[str]) -> list[str]:
+    """Each name at the version this environment has."""
+    return [f"{name}=={metadata.version(name)}" for name in names]
 
 
 def _pip(*args: str) -> None:
@@ -59,6 +81,12 @@ def _install(requirements: list[str], into: Path, scratch: Path) -> None:
     _pip("download", "-d", str(wheels), *requirements)
     _pip("install", "--no-index", "--no-compile", "--target", str(into),
          *map(str, sorted(wheels.glob("*.whl"))))
+    for pattern in UNUSED:
+        for path in list(into.glob(pattern)):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)  # a tests/ inside one removed before
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _library(name: str) -> Path:
@@ -79,7 +107,7 @@ def build(out: Path = ROOT) -> list[Path]:
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         bundle = scratch / "bundle"
-        _install(WHEELS, bundle / "site", scratch)
+        _install(pinned(SERVER + RUNNER + NAVIGATOR), bundle / "site", scratch)
         _install([STUB_NUMPY], bundle / "numpy126", scratch)
         (bundle / "libexec").mkdir()
         shutil.copy(perf.install(), bundle / "libexec" / "perf_analyzer")
@@ -88,13 +116,21 @@ def build(out: Path = ROOT) -> list[Path]:
         shutil.copy(cudart, bundle / "lib" / "libcudart.so.12")
         archive = out / ".gpu" / "bundle.tar.xz"
         archive.parent.mkdir(exist_ok=True)
-        with tarfile.open(archive, "w:xz", preset=6) as tar:
-            for path in sorted(bundle.iterdir()):
-                tar.add(path, arcname=path.name)
+        # xz on every core (in blocks, so a little larger than on one).
+        subprocess.run(["tar", "-C", str(bundle), "-I", "xz -6 -T0", "-cf", str(archive),
+                        *sorted(p.name for p in bundle.iterdir())], check=True)
     opencv = out / ".gpucv"
     shutil.rmtree(opencv, ignore_errors=True)
     _pip("download", "-d", str(opencv), OPENCV)
     return [archive, *opencv.glob("*.whl")]
+
+
+def tree_bytes() -> int:
+    """What the device tool carries of the tree itself: the files git tracks."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True,
+                            check=True).stdout.split(b"\0")
+    return sum((ROOT / name.decode()).stat().st_size for name in listed
+               if name and (ROOT / name.decode()).is_file())
 
 
 def main() -> None:
@@ -102,6 +138,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT)
     for path in build(parser.parse_args().out):
         print(f"{path.stat().st_size / 2**20:6.1f} MiB  {path}")
+    print(f"{tree_bytes() / 2**20:6.1f} MiB  the tree (git ls-files); a call carries "
+          f"{CARRY_LIMIT / 2**20:.0f} MiB with it")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-# On a lent GPU machine, from the tree's root: source booktools/gpu_device.sh
-# Unpacks what booktools/gpu_bundle.py packed (.gpu/, then .gpucv/ when carried)
-# and sets the environment for python -m booktools.gpu.
+# On a lent GPU machine, from the tree's root: . booktools/gpu_device.sh (make book-gpu
+# does). Unpacks what booktools/gpu_bundle.py packed (.gpu/, and .gpucv/ when a call
+# carries it) and sets the environment for the book's runner and its kernels.
 set -e
 BUNDLE=/tmp/tritonbook-gpu
 if [ -f .gpu/bundle.tar.xz ] && [ ! -d "$BUNDLE/site" ]; then

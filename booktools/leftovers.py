@@ -131,6 +131,29 @@ def pytest_addoption(parser):
                   default=str(SETTLE_S))
 
 
+def remove_left_behind(name: str, shm_before: set[str], pids_before: set[int],
+                       settle_s: float = SETTLE_S) -> list[str]:
+    """After a notebook whose kernel is stopped: wait up to ``settle_s`` for its
+    stragglers, then remove what is still left and say what it was, a line each."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        entries, orphans = left_behind(shm_before, pids_before)
+        if not (entries or orphans) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    found = []
+    for entry in entries:
+        found.append(f"{name}: /dev/shm/{entry} ({_made(SHM / entry)})")
+        (SHM / entry).unlink(missing_ok=True)
+    for pid in orphans:
+        found.append(f"{name}: process {pid}: {_command(pid)[:120]}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return found
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = str(item.path)
@@ -140,23 +163,8 @@ def pytest_runtest_protocol(item, nextitem):
     if nextitem is not None and str(nextitem.path) == path:
         return
     # The notebook's last cell ran and its kernel is stopped.
-    shm_before, pids_before = _before[path]
-    deadline = time.monotonic() + float(item.config.getini("leftovers_settle_s"))
-    while True:
-        entries, orphans = left_behind(shm_before, pids_before)
-        if not (entries or orphans) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    name = os.path.relpath(path)
-    for entry in entries:
-        _found.append(f"{name}: /dev/shm/{entry} ({_made(SHM / entry)})")
-        (SHM / entry).unlink(missing_ok=True)
-    for pid in orphans:
-        _found.append(f"{name}: process {pid}: {_command(pid)[:120]}")
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _found.extend(remove_left_behind(os.path.relpath(path), *_before[path],
+                                     float(item.config.getini("leftovers_settle_s"))))
 
 
 def pytest_terminal_summary(terminalreporter):

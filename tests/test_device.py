@@ -66,3 +66,37 @@ def test_the_skip_list_is_the_notebooks_own():
     for label, reasons in device.SKIPS.items():
         assert reasons and set(reasons) <= {"cpu", "cuda"}, label
         assert all(reason.strip() for reason in reasons.values()), label
+
+
+def test_a_repository_config_moves_to_the_gpu_on_a_gpu_run(monkeypatch):
+    config = {"name": "gfpgan", "platform": "pytorch_libtorch",
+              "instance_group": [{"count": 2, "kind": "KIND_CPU"}, {"count": 1, "kind": "KIND_MODEL"}]}
+    monkeypatch.setenv(device.VARIABLE, "cpu")
+    assert device.place(config) is config  # the CPU changes nothing
+    monkeypatch.setattr(device, "selected", lambda: "cuda")
+    placed = device.place(config)
+    assert placed["instance_group"] == [{"count": 2, "kind": "KIND_GPU", "gpus": [0]},
+                                        {"count": 1, "kind": "KIND_MODEL"}]
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"  # a copy, not the original
+    aoti = dict(config, platform="torch_aoti")  # compiled for the CPU: stays there
+    assert device.place(aoti) is aoti
+    assert device.place({"name": "ensemble", "platform": "ensemble"}) == {
+        "name": "ensemble", "platform": "ensemble"}
+
+
+def test_a_cpu_run_builds_no_cuda_kernels_on_a_gpu_box(monkeypatch):
+    from tritonbook import cpp_ops
+
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(device.VARIABLE, "cpu")
+    assert cpp_ops._cuda_toolkit() == (None, "TRITONBOOK_DEVICE=cpu: this run keeps to the CPU")
+
+
+def test_a_skipped_cell_prints_its_reason_in_the_committed_cpu_run():
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            for label in LABEL.findall(source) if cell["cell_type"] == "code" else ():
+                printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+                assert device.SKIPS[label]["cpu"] in printed, (path.name, label)

@@ -35,6 +35,8 @@ from types import ModuleType
 import torch
 from torch.autograd import Function
 
+from tritonbook import device
+
 __all__ = [
     "build_op_library",
     "load_extension",
@@ -64,6 +66,8 @@ def _cuda_toolkit() -> tuple[str | None, str]:
         return None, "this PyTorch is a CPU-only build"
     if not torch.cuda.is_available():
         return None, "PyTorch sees no CUDA GPU"
+    if device.selected() != "cuda":
+        return None, f"{device.VARIABLE}=cpu: this run keeps to the CPU"
     from torch.utils import cpp_extension
 
     home = cpp_extension.CUDA_HOME

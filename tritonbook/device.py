@@ -8,7 +8,10 @@ GPU and fails, saying why, where torch sees none.
 A cell places its networks with ``torch_device()`` and writes the instance groups of its
 configs with ``instance_group(count)``: KIND_GPU on the GPU, KIND_CPU on the CPU, as the
 container's Triton needs them (a config that names no kind gets a GPU instance wherever
-the server has a GPU). ``describe()`` is the line a chapter prints: the device, and on a
+the server has a GPU). The configs of ``model_repository/`` name KIND_CPU; on a GPU run
+``server.Triton.load`` serves them through ``place(config)``, which moves their instances
+to the GPU, except an AOTInductor package's (it runs only on the device it was compiled
+for). A config a cell writes out in full is loaded as written. ``describe()`` is the line a chapter prints: the device, and on a
 GPU the TF32 settings that change float32 results.
 
 The few cells that cannot run on one of the devices are listed in ``SKIPS``, each with
@@ -21,13 +24,21 @@ from __future__ import annotations
 import os
 
 __all__ = ["VARIABLE", "CHOICES", "SKIPS", "selected", "torch_device", "instance_kind",
-           "instance_group", "describe", "skipped"]
+           "instance_group", "place", "describe", "skipped"]
 
 VARIABLE = "TRITONBOOK_DEVICE"
 CHOICES = ("auto", "cpu", "cuda")
 
 # label -> {device: the reason a cell prints instead of running there}.
-SKIPS: dict[str, dict[str, str]] = {}
+SKIPS: dict[str, dict[str, str]] = {
+    # Chapter 3: trace parity on the GPU, with TF32 off and on.
+    "gpu-trace-parity": {
+        "cpu": "This run is on the CPU: the GPU comparison (TF32 off and on) is skipped.",
+    },
+}
+# Packages compiled ahead of time for one device (an AOTInductor .pt2 holds CPU or CUDA
+# kernels, not both): their configs keep the kind they name.
+COMPILED_FOR_ONE_DEVICE = ("torch_aoti",)
 
 
 def _choice() -> str:
@@ -73,6 +84,18 @@ def instance_group(count: int = 1) -> list[dict]:
     if group["kind"] == "KIND_GPU":
         group["gpus"] = [0]
     return [group]
+
+
+def place(config: dict) -> dict:
+    """``config`` (JSON form) with its KIND_CPU instance groups on this run's device:
+    unchanged on the CPU, KIND_GPU on GPU 0 with the same counts on a GPU run. A model
+    compiled for one device (``COMPILED_FOR_ONE_DEVICE``) keeps its groups."""
+    if instance_kind() == "KIND_CPU" or config.get("platform") in COMPILED_FOR_ONE_DEVICE:
+        return config
+    groups = [dict(group, **instance_group(int(group.get("count", 1)))[0])
+              if group.get("kind") == "KIND_CPU" else group
+              for group in config.get("instance_group", [])]
+    return dict(config, instance_group=groups) if groups else config
 
 
 def describe() -> str:

@@ -38,6 +38,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonbook import device
 from tritonbook.repository import REPOSITORY, read_config
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -154,12 +155,20 @@ class Triton:
         ``files`` ({"file:1/model.pt": bytes, ...}) upload the model's files with it;
         ``headers`` go with the request (the key of a restricted API, chapter 7).
 
+        On a GPU run (``tritonbook.device``) a model loaded with no ``config`` is loaded
+        with its config.pbtxt placed on the GPU (``device.place``); on the CPU nothing
+        changes.
+
         On the embedded server a ``platform: "torch_aoti"`` model is loaded with a config
         that adds ``backend: "torch_aoti_standin"`` (see AOTI_STANDIN); the stand-in says so
         in the server log. Raises TritonServerError with the server's reason on failure.
         """
         from tritonclient.utils import InferenceServerException
 
+        if config is None and device.selected() == "cuda":
+            path = self._local_repository() / model / "config.pbtxt"
+            if path.exists():
+                config = device.place(read_config(model, self._local_repository()))
         config = self._route_to_standin(model, config)
         if isinstance(config, dict):
             config = json.dumps(config)
