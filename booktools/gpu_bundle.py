@@ -6,9 +6,9 @@ The lent machine has Python 3.12, PyTorch and no network (../shared/GPU.md): wha
 ``make book-gpu`` needs beyond its own packages travels with the call. One call may carry
 64 MiB with the tree (``CARRY_LIMIT``), so it comes in two folders:
 
-* ``.gpu/bundle.tar.xz``: the wheels of ``WHEELS`` installed for CPython 3.12 in
-  ``site/`` (the embedded server, the clients, the kernel and runner that execute the
-  notebooks, Model Navigator's curated set), numpy 1.26 in ``numpy126/`` (the 24.10
+* ``.gpu/bundle.tar.xz``: the wheels installed for CPython 3.12 in ``site/`` (the
+  embedded server's files, and ``closure()``: the clients, the kernel and runner that
+  execute the notebooks, Model Navigator, with their dependencies), numpy 1.26 in ``numpy126/`` (the 24.10
   stub's pybind11 predates numpy 2), ``perf_analyzer`` in ``libexec/`` and the libraries
   it needs in ``lib/`` (``libb64.so.0d``, the CUDA 12 runtime: the machine's PyTorch
   brings CUDA 13's). What the machine cannot use is left out (``UNUSED``): the python
@@ -35,23 +35,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CARRY_LIMIT = 64 * 2**20
 
-# The server and its clients; the kernel and runner that execute the notebooks (and
-# jupyter-cache, whose hash the provenance records); Model Navigator's curated set.
-SERVER = ["nvidia-pytriton", "tritonclient", "geventhttpclient", "gevent", "greenlet",
-          "zope.event", "zope.interface", "brotli", "certifi", "python-rapidjson", "sh",
-          "wrapt", "typing_inspect", "mypy_extensions", "pyzmq", "typer", "click", "rich",
-          "shellingham", "markdown-it-py", "mdurl", "pygments", "importlib_metadata", "zipp",
-          "urllib3"]  # not ml-dtypes (25 MB): the machine's onnx brings it
-RUNNER = ["ipykernel", "ipython", "ipython_pygments_lexers", "comm", "jupyter_client",
-          "jupyter_core", "nbclient", "nbformat", "traitlets", "tornado", "nest_asyncio",
-          "psutil", "matplotlib-inline", "jedi", "parso", "prompt_toolkit", "wcwidth",
-          "pexpect", "ptyprocess", "stack_data", "asttokens", "executing", "pure_eval",
-          "fastjsonschema", "jsonschema", "jsonschema-specifications", "referencing",
-          "rpds-py", "attrs", "platformdirs", "python-dateutil", "jupyter-cache",
-          "sqlalchemy", "tabulate", "pyyaml"]
-NAVIGATOR = [line.split("==")[0] for line in
-             (ROOT / "requirements-navigator.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+# The embedded server: the wheel's files (tritonserver, the python backend, its stubs),
+# not its Python API, so none of its dependencies.
+FILES_ONLY = ["nvidia-pytriton"]
+# What the notebooks and the runner import, with every dependency for CPython 3.12 on
+# Linux (``closure``): the clients, the kernel, the runner (and jupyter-cache, whose hash
+# the provenance records), Model Navigator.
+IMPORTED = ["tritonclient[http,grpc]", "ipykernel", "nbclient", "jupyter-cache",
+            "triton-model-navigator"]
+# On the machine already (../shared/GPU.md): torch, onnx and the rest bring these.
+ON_THE_MACHINE = {"numpy", "protobuf", "grpcio", "typing-extensions", "packaging", "ml-dtypes",
+                  "onnx", "onnxscript", "onnxruntime-gpu", "mpmath"}
+# Declared, never used by the book: left behind, each with the reason.
+NOT_USED = {
+    "debugpy": "ipykernel's debugger",
+    "aiohttp": "tritonclient.http.aio; the book's clients are synchronous",
+    "tensorrt": "the navigator's TensorRT path (requirements-navigator.txt says why)",
+    "nvidia-modelopt": "the navigator's quantization path (requirements-navigator.txt)",
+}
 STUB_NUMPY = "numpy==1.26.4"
 OPENCV = "opencv-python-headless==4.11.0.86"
 # Inside the installed wheels: what a Python 3.12 machine never loads.
@@ -63,9 +64,31 @@ PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 17, 24, 26, 27, 28, 35)]
 PLATFORMS += ["manylinux2014_x86_64", "manylinux1_x86_64"]
 
 
-def pinned(names: list[str]) -> list[str]:
-    """Each name at the version this environment has."""
-    return [f"{name}=={metadata.version(name)}" for name in names]
+def closure(roots: list[str] = IMPORTED) -> list[str]:
+    """Every distribution the roots need on the machine, pinned to this environment's
+    versions: the roots, their dependencies (markers read for CPython 3.12 on Linux,
+    extras as the roots ask), theirs, and so on, but what ``ON_THE_MACHINE`` and
+    ``NOT_USED`` name."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    target = dict(default_environment(), python_version="3.12", python_full_version="3.12.3",
+                  sys_platform="linux", platform_system="Linux", platform_machine="x86_64")
+    skip = {canonicalize_name(name) for name in (*ON_THE_MACHINE, *NOT_USED)}
+    found, todo = {}, [Requirement(root) for root in roots]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in skip or (name in found and requirement.extras <= found[name]):
+            continue
+        found[name] = found.get(name, set()) | requirement.extras
+        for line in metadata.requires(name) or []:
+            needed = Requirement(line)
+            wanted = [dict(target, extra=extra) for extra in ("", *found[name])]
+            if needed.marker is None or any(needed.marker.evaluate(e) for e in wanted):
+                todo.append(needed)
+    return sorted(f"{name}=={metadata.version(name)}" for name in found)
 
 
 def _pip(*args: str) -> None:
@@ -107,7 +130,8 @@ def build(out: Path = ROOT) -> list[Path]:
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         bundle = scratch / "bundle"
-        _install(pinned(SERVER + RUNNER + NAVIGATOR), bundle / "site", scratch)
+        requirements = closure() + [f"{name}=={metadata.version(name)}" for name in FILES_ONLY]
+        _install(requirements, bundle / "site", scratch)
         _install([STUB_NUMPY], bundle / "numpy126", scratch)
         (bundle / "libexec").mkdir()
         shutil.copy(perf.install(), bundle / "libexec" / "perf_analyzer")

@@ -100,3 +100,15 @@ def test_a_skipped_cell_prints_its_reason_in_the_committed_cpu_run():
             for label in LABEL.findall(source) if cell["cell_type"] == "code" else ():
                 printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
                 assert device.SKIPS[label]["cpu"] in printed, (path.name, label)
+
+
+def test_the_stub_gets_numpy_1_where_the_machine_has_numpy_2(monkeypatch):
+    # A lent GPU machine: booktools/gpu_device.sh names numpy 1.26 for the 24.10 stub.
+    from tritonbook import server
+
+    monkeypatch.setenv("TRITONBOOK_FALLBACK_NUMPY", "/tmp/tritonbook-gpu/numpy126")
+    monkeypatch.setattr(server.importlib.metadata, "version", lambda name: "2.5.2")
+    env = server._server_environment(server._wheel_paths())
+    assert env["TRITONBOOK_STUB_NUMPY"] == "/tmp/tritonbook-gpu/numpy126"
+    monkeypatch.setattr(server.importlib.metadata, "version", lambda name: "1.26.4")
+    assert "TRITONBOOK_STUB_NUMPY" not in server._server_environment(server._wheel_paths())

@@ -24,3 +24,12 @@ def test_the_bundle_fits_one_call_with_the_tree(tmp_path):
     assert [path.name for path in opencv] == [
         "opencv_python_headless-4.11.0.86-cp37-abi3-manylinux_2_17_x86_64."
         "manylinux2014_x86_64.whl"]
+
+
+def test_the_bundle_is_what_the_book_imports_with_its_dependencies():
+    wanted = {line.split("==")[0] for line in gpu_bundle.closure()}
+    # tritonclient.http's transport, the kernel's, the navigator's curated set.
+    assert {"tritonclient", "geventhttpclient", "gevent", "pyzmq", "ipykernel", "nbclient",
+            "jupyter-cache", "sqlalchemy", "triton-model-navigator", "polygraphy"} <= wanted
+    # Left behind: the machine's own, and what the book never uses.
+    assert not wanted & {"numpy", "protobuf", "debugpy", "aiohttp", "tensorrt", "typer"}

@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import ctypes
 import glob
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -631,6 +632,13 @@ def _server_environment(wheel: _Wheel, extra: dict[str, str] | None = None) -> d
     # with this venv's site-packages (torch, cv2, the editable tritonbook), .pth included.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
+    # On a lent GPU machine with numpy 2, the 24.10 stub (its pybind11 predates numpy 2)
+    # answers python models with empty tensors (book/gpu.md): the server's processes get
+    # the numpy 1.26 that the GPU run's setup unpacked and names in this variable (a .pth
+    # file there reads it); the notebook's own process keeps the machine's numpy.
+    fallback = os.environ.get("TRITONBOOK_FALLBACK_NUMPY")
+    if fallback and int(importlib.metadata.version("numpy").split(".")[0]) >= 2:
+        env["TRITONBOOK_STUB_NUMPY"] = fallback
     for name in ("TRITON_URL", "TRITON_GRPC_URL"):
         env.pop(name, None)
     for name, value in (extra or {}).items():
