@@ -415,6 +415,13 @@ def _relative(path: Path) -> str:
     return os.path.relpath(path.resolve(), ROOT)
 
 
+def _placed(path: Path) -> str:
+    """Where a notebook's copy goes under ``--out`` and in an archive: its path in the
+    tree, or its name for a notebook outside the tree."""
+    relative = _relative(path)
+    return path.name if relative.startswith("..") else relative
+
+
 def _run_one(path: Path, args, out: Path | None, step: dict | None) -> str:
     """Execute one notebook (in a runner process of its own when ``--jobs`` > 1); the
     line that says how it went."""
@@ -456,17 +463,17 @@ def archive(out: Path, notebooks: list[Path], destination: Path) -> Path:
 
     summary = {}
     for path in notebooks:
-        copy = out / _relative(path)
+        copy = out / _placed(path)
         run = json.loads(copy.read_text())["metadata"]["tritonbook"] if copy.exists() else {}
-        summary[_relative(path)] = {key: run.get(key) for key in (
+        summary[_placed(path)] = {key: run.get(key) for key in (
             "run_seconds", "succeeded", "failed_cells", "stopped", "provenance")}
     (out / "gpu_run.json").write_text(json.dumps(summary, indent=1) + "\n")
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(destination, "w:gz") as tar:
         tar.add(out / "gpu_run.json", arcname="gpu_run.json")
         for path in notebooks:
-            if (out / _relative(path)).exists():
-                tar.add(out / _relative(path), arcname=_relative(path))
+            if (out / _placed(path)).exists():
+                tar.add(out / _placed(path), arcname=_placed(path))
     return destination
 
 
@@ -538,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     problems, seconds = [], {}
 
     def run(path: Path) -> str:
-        out = args.out / _relative(path) if args.out else None
+        out = args.out / _placed(path) if args.out else None
         if not args.check:
             return _run_one(path, args, out, steps.get(_relative(path)))
         from booktools import leftovers

@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_published_gpu_run_renders_beside_its_chapter(tmp_path):
-    chapter = tmp_path / "notebooks" / "00_zero.ipynb"
-    chapter.parent.mkdir()
+    book = tmp_path / "book"  # the runner's copies and archive stay outside it
+    chapter = book / "notebooks" / "00_zero.ipynb"
+    chapter.parent.mkdir(parents=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# Zero\n\n(zero-label)=\nSee [the intro](../intro.md).\n\n## Part"),
         nbformat.v4.new_code_cell("print('on this device')")]), chapter)
@@ -21,23 +22,23 @@ def test_a_published_gpu_run_renders_beside_its_chapter(tmp_path):
     assert execute.main(["--keep-going", "--out", str(tmp_path / "out"), "--archive", str(packed),
                          str(chapter)]) == 0
     execute.execute(chapter)  # the chapter's own (CPU) run
-    [page] = execute.publish(packed, tmp_path / "book" / "gpu")
+    [page] = execute.publish(packed, book / "book" / "gpu")
     copy = nbformat.read(page, as_version=4)
     # The prose's headings only: no label or relative link to break from another folder.
     assert [c.source for c in copy.cells if c.cell_type == "markdown"] == ["# Zero\n\n## Part"]
     assert copy.cells[-1].outputs[0].text == "on this device\n"
     assert copy.metadata["tritonbook"]["provenance"]["device"].startswith("device: ")
 
-    (tmp_path / "intro.md").write_text("# Intro\n\n```{gpu-copies}\n```\n")
-    (tmp_path / "_toc.yml").write_text(
+    (book / "intro.md").write_text("# Intro\n\n```{gpu-copies}\n```\n")
+    (book / "_toc.yml").write_text(
         "format: jb-book\nroot: intro\nchapters:\n  - file: notebooks/00_zero\n")
-    (tmp_path / "_config.yml").write_text(
+    (book / "_config.yml").write_text(
         "title: t\nexecute:\n  execute_notebooks: 'off'\nsphinx:\n  local_extensions:\n"
         f"    gpu_copies: {ROOT / 'book' / '_ext'}\n")
     built = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", "-W",
-                            "--keep-going", str(tmp_path)], capture_output=True, text=True)
+                            "--keep-going", str(book)], capture_output=True, text=True)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    html = tmp_path / "_build" / "html"
+    html = book / "_build" / "html"
     chapter_page = (html / "notebooks" / "00_zero.html").read_text()
     gpu_page = (html / "book" / "gpu" / "00_zero.html").read_text()
     assert "This chapter has also run on a GPU" in chapter_page
