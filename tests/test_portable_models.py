@@ -30,9 +30,9 @@ ONNX_MODELS = sorted({model for model, files in repository.BUILDERS.items()
 @pytest.fixture(scope="module")
 def built():
     """Every generated file in the book's repository, built now when missing. `make test`
-    runs the notebooks first, and they rebuild these files from the code as it is
-    (chapter 3 `rebuild=True` for GFPGAN, chapter 4 for SRCNN; the others start absent in
-    a fresh clone), so CI checks the files of the current code without building twice."""
+    runs the notebooks first, and they build these files from the code as it is (a file
+    built from other code or inputs is rebuilt: `repository.inputs_key`), so CI checks
+    the files of the current code without building twice."""
     repository.ensure_model_files(TORCHSCRIPT_MODELS + ONNX_MODELS)
     return repository.REPOSITORY
 

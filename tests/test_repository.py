@@ -48,6 +48,48 @@ def test_ensure_model_files_builds_every_version(tmp_path, monkeypatch):
     assert calls == [1, 2]
 
 
+def test_a_file_built_from_other_inputs_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setitem(repository.BUILDERS, "one", [
+        ("1/model.bin", lambda path: path.write_bytes(b"one"))])
+    [path] = repository.ensure_model_files(["one"], tmp_path)
+    assert repository.ensure_model_files(["one"], tmp_path) == []
+    # The package's code (or an asset, or a library version) changed since.
+    monkeypatch.setattr(repository, "inputs_key", lambda: "other code")
+    assert repository.ensure_model_files(["one"], tmp_path) == [path]
+    assert repository.ensure_model_files(["one"], tmp_path) == []
+    # A file replaced by hand, or one without its record, is rebuilt too.
+    path.write_bytes(b"replaced")
+    assert repository.ensure_model_files(["one"], tmp_path) == [path]
+    path.with_name(".model.bin.built.json").unlink()
+    assert repository.ensure_model_files(["one"], tmp_path) == [path]
+    assert path.read_bytes() == b"one"
+    # The record is not part of what Triton reads, nor of the listed tree.
+    assert ".built.json" not in repository.tree(tmp_path, ["one"])
+
+
+def test_the_inputs_key_follows_the_package_and_the_checkpoint(monkeypatch, tmp_path):
+    key = repository.inputs_key()
+    assert repository.inputs_key() == key
+    monkeypatch.setenv("GFPGAN_WEIGHTS", str(tmp_path / "GFPGANv1.pth"))
+    assert repository.inputs_key() != key
+
+
+def test_a_shown_build_is_timed_in_the_full_profile_and_reused_in_the_quick_one(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(repository, "REPOSITORY", tmp_path)
+    monkeypatch.setitem(repository.BUILDERS, "one", [
+        ("1/model.bin", lambda path: path.write_bytes(b"one"))])
+    monkeypatch.setenv("TRITONBOOK_PROFILE", "full")
+    [first] = repository.build_shown(["one"])
+    [again] = repository.build_shown(["one"])
+    assert first.seconds is not None and again.seconds is not None
+    assert str(again).startswith("built in ")
+    monkeypatch.setenv("TRITONBOOK_PROFILE", "quick")
+    [reused] = repository.build_shown(["one"])
+    assert reused.seconds is None and str(reused).startswith("up to date")
+    assert reused.path == tmp_path / "one" / "1" / "model.bin"
+
+
 def test_srcnn_versions_use_different_weights():
     builders = dict(repository.BUILDERS["srcnn_versions"])
     assert builders["1/model.onnx"] is repository.build_srcnn_x3_onnx

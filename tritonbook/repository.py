@@ -8,14 +8,18 @@ that produce the files first.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 # The committed repository, beside the package. server imports this module (for the
@@ -326,27 +330,119 @@ def model_names(repository: str | os.PathLike = REPOSITORY) -> list[str]:
     return sorted(p.parent.name for p in Path(repository).glob("*/config.pbtxt"))
 
 
+PACKAGE = Path(__file__).resolve().parent
+ASSETS = PACKAGE.parent / "assets"
+# The libraries that write or check a model file.
+WRITERS = ("torch", "onnx", "onnxscript", "onnxruntime")
+
+
+def inputs_key() -> str:
+    """What every generated model file is a function of, as one hash: the package's code
+    (the builders and the networks they build, C++ ops included), the assets (the face a
+    trace is checked on, the SRCNN weights, a GFPGAN checkpoint by size and time), the
+    checkpoint ``$GFPGAN_WEIGHTS`` names, and the versions of the libraries that write the
+    files. Coarse on purpose: any change to the package rebuilds the files once."""
+    from importlib import metadata
+
+    digest = hashlib.sha256()
+    for source in sorted(PACKAGE.rglob("*")):
+        if source.suffix in (".py", ".cpp", ".cu", ".h") and "__pycache__" not in source.parts:
+            digest.update(source.relative_to(PACKAGE).as_posix().encode() + b"\0")
+            digest.update(source.read_bytes())
+    named = os.environ.get("GFPGAN_WEIGHTS", "").strip()
+    checkpoints = [Path(named)] if named else []
+    for asset in sorted(ASSETS.glob("*")) + checkpoints:
+        if not asset.is_file():
+            digest.update(f"{asset}: none\0".encode())
+        elif asset.suffix == ".pth" and asset.stat().st_size > 2**24:
+            stat = asset.stat()  # a 300 MiB checkpoint: not read at every check
+            digest.update(f"{asset}: {stat.st_size} {stat.st_mtime_ns}\0".encode())
+        else:
+            digest.update(asset.name.encode() + b"\0" + asset.read_bytes())
+    for name in WRITERS:
+        try:
+            digest.update(f"{name}=={metadata.version(name)}\0".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name}: none\0".encode())
+    return digest.hexdigest()
+
+
+def _record_path(path: Path) -> Path:
+    # Beside the file, hidden: Triton and the backends read only the files they name.
+    return path.with_name(f".{path.name}.built.json")
+
+
+def _up_to_date(path: Path, key: str) -> bool:
+    """The file exists and was last built by this package from these inputs (and has
+    not been replaced since)."""
+    try:
+        record = json.loads(_record_path(path).read_text())
+        stat = path.lstat()
+    except (OSError, ValueError):
+        return False
+    return path.exists() and record.get("key") == key and record.get("file") == [
+        stat.st_size, stat.st_mtime_ns]
+
+
+@dataclass(frozen=True)
+class Build:
+    """One generated model file, and whether and how long it was built this time."""
+
+    path: Path
+    seconds: float | None  # None: up to date, not built
+
+    def __str__(self) -> str:
+        if self.seconds is None:
+            return "up to date (built earlier from the same code and inputs)"
+        return f"built in {self.seconds:.1f} s"
+
+
 def ensure_model_files(
     models: Iterable[str] | None = None,
     repository: str | os.PathLike = REPOSITORY,
     rebuild: bool = False,
 ) -> list[Path]:
-    """Build every missing generated model file (or the named models'); return what was built."""
+    """Build every generated model file (or the named models') that is missing or was
+    built from other code or inputs (``inputs_key``); return what was built."""
+    return [build.path for build in _builds(models, repository, rebuild)
+            if build.seconds is not None]
+
+
+def build_shown(models: Iterable[str]) -> list[Build]:
+    """The named models' files, for a cell whose lesson is the build: rebuilt and timed
+    every time in the full profile (the committed run shows a real build), rebuilt in the
+    quick profile only when out of date, so that CI's second notebook pass reuses what
+    its first built (``tritonbook.profile``)."""
+    from tritonbook import profile
+
+    return _builds(models, REPOSITORY, profile.current().rebuild_shown_builds)
+
+
+def _builds(models, repository, rebuild: bool) -> list[Build]:
     repository = Path(repository)
-    built = []
+    key = inputs_key()
+    builds = []
     for model in BUILDERS if models is None else models:
         for relative, builder in BUILDERS.get(model, ()):  # none: a python model, an ensemble
             path = repository / model / relative
-            if path.exists() and not rebuild:
+            if not rebuild and _up_to_date(path, key):
+                builds.append(Build(path, None))
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             # Per process: two test workers may build the same file at once.
             partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
             partial.unlink(missing_ok=True)
+            started = time.perf_counter()
             builder(partial)
+            seconds = time.perf_counter() - started
             partial.replace(path)  # never leave a half-written model file behind
-            built.append(path)
-    return built
+            stat = path.lstat()
+            record = _record_path(path).with_suffix(f".{os.getpid()}.partial")
+            record.write_text(json.dumps({"key": key, "seconds": round(seconds, 1),
+                                          "file": [stat.st_size, stat.st_mtime_ns]}))
+            record.replace(_record_path(path))
+            builds.append(Build(path, seconds))
+    return builds
 
 
 def export(
@@ -385,7 +481,7 @@ def export(
             repository / model,
             destination / model,
             symlinks=False,  # a link is copied as the file it points to
-            ignore=shutil.ignore_patterns("__pycache__", "*.partial"),
+            ignore=shutil.ignore_patterns("__pycache__", "*.partial", ".*.built.json"),
         )
     return models
 
@@ -509,7 +605,8 @@ def tree(repository: str | os.PathLike = REPOSITORY, models: Iterable[str] | Non
     lines = [f"{repository.name}/"]
 
     def walk(folder: Path, prefix: str) -> None:
-        entries = sorted(p for p in folder.iterdir() if p.name != "__pycache__" and not p.name.endswith(".partial"))
+        entries = sorted(p for p in folder.iterdir() if p.name != "__pycache__"
+                         and not p.name.endswith((".partial", ".built.json")))
         for i, entry in enumerate(entries):
             last = i == len(entries) - 1
             branch, extension = ("└── ", "    ") if last else ("├── ", "│   ")
