@@ -174,6 +174,16 @@ class ListOutput(torch.nn.Module):
         return [x, x]
 
 
+class DictOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"out": x}
+
+
+class ListInTupleOutput(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        return x, [x]
+
+
 class Printer(torch.nn.Module):
     """print() inside TorchScript: the container writes it to the server's stdout (its log)."""
 
@@ -199,6 +209,7 @@ class WithStart(torch.nn.Module):
 SCALE_THEN_SHIFT, IDENTITY, TWO_OUTPUTS, SCALAR_OUTPUT, LIST_OUTPUT, PRINTER, WITH_START, DICT_INPUT = (
     c.torchscript(m) for m in (ScaleThenShift(), Identity(), TwoOutputs(), ScalarOutput(), ListOutput(),
                                Printer(), WithStart(), DictInput()))
+DICT_OUTPUT, LIST_IN_TUPLE_OUTPUT = (c.torchscript(m) for m in (DictOutput(), ListInTupleOutput()))
 
 
 def pt_io(name, data_type="TYPE_FP32", dims=(3,), **extra):
@@ -274,6 +285,16 @@ PT_CASES = [
            inputs={"INPUT__0": np.ones(3, np.float32)},
            infer_error=(400, "output 'OUTPUT__0' is a scalar which is not supported.")),
     c.Case("pt_list_of_tensors", f"{PT_SRC} Execute (output kinds)", LIST_OUTPUT,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4),
+           inputs={"INPUT__0": IMG},
+           infer_error=(500, "PyTorch execute failure: output must be of type Tensor or List[str], "
+                             "received List[Tensor]")),
+    c.Case("pt_list_in_tuple", f"{PT_SRC} Execute (output kinds)", LIST_IN_TUPLE_OUTPUT,
+           c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4),
+           inputs={"INPUT__0": IMG},
+           infer_error=(500, "PyTorch execute failure: output at index 1 must be of type Tensor or "
+                             "List[str], received List[Tensor]")),
+    c.Case("pt_dict_output", f"{PT_SRC} Execute (output kinds)", DICT_OUTPUT,
            c.config(PT, [pt_io("INPUT__0")], OUT0, max_batch_size=4),
            inputs={"INPUT__0": IMG},
            infer_error=(500, "PyTorch execute failure: output must be of type Tensor, List[str] or Tuple "

@@ -1,6 +1,7 @@
 """Chapter 7's instruments against a real embedded server of their own: metrics, health,
 a killed python stub, sockets, shared memory."""
 
+import os
 import platform
 import signal
 import subprocess
@@ -233,11 +234,27 @@ def test_a_packed_environment_activates_wherever_it_is_unpacked(tmp_path):
     unpacked = tmp_path / "somewhere" / "else"
     with tarfile.open(archive) as packed:
         packed.extractall(unpacked, filter="tar")
-    # As the backend does: bash sources bin/activate, then the first python3 on PATH.
+    # As the 24.10 backend does: bash sources bin/activate, then the first python3 on PATH.
     done = subprocess.run(
         ["bash", "-c", (f"source {unpacked}/bin/activate && python3 -c "
                         "'import sys, numpy, twice; print(sys.prefix); print(twice.twice(21))'")],
         capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(unpacked), "42"]
+
+
+def test_a_packed_environment_serves_the_way_25_08_starts_it(tmp_path):
+    archive = repository.pack_python_environment(tmp_path / "env.tar.gz", {"twice": TWICE})
+    unpacked = tmp_path / "somewhere" / "else"
+    with tarfile.open(archive) as packed:
+        packed.extractall(unpacked, filter="tar")
+    # As python_backend does from 25.08 (ParseActivationScript, src/pb_utils.cc at r26.07):
+    # the script is not run; VIRTUAL_ENV is the folder, its bin/ first on PATH.
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONHOME"}
+    environment.update(VIRTUAL_ENV=str(unpacked),
+                       PATH=f"{unpacked}/bin:{os.environ['PATH']}")
+    done = subprocess.run(
+        ["python3", "-c", "import sys, numpy, twice; print(sys.prefix); print(twice.twice(21))"],
+        capture_output=True, text=True, check=True, env=environment)
     assert done.stdout.split() == [str(unpacked), "42"]
 
 

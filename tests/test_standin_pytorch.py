@@ -2,7 +2,7 @@
 
 import concurrent.futures
 import time
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -39,6 +39,11 @@ class ReturnsScalar(torch.nn.Module):
 class ReturnsList(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         return [x, x]
+
+
+class ReturnsDict(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"out": x}
 
 
 class Identity(torch.nn.Module):
@@ -206,7 +211,9 @@ def test_parameters_are_accepted(scratch_server, loaded):
         ("scalar_output", ReturnsScalar(), [("output__0", "TYPE_FP32")],
          "output 'output__0' is a scalar which is not supported."),
         ("list_output", ReturnsList(), [("output__0", "TYPE_FP32")],
-         "output must be of type Tensor, List[str] or Tuple"),
+         "output must be of type Tensor or List[str], received List[Tensor]"),
+        ("dict_output", ReturnsDict(), [("output__0", "TYPE_FP32")],
+         "output must be of type Tensor, List[str] or Tuple containing one of these two types"),
     ],
 )
 def test_output_mismatches_are_errors_at_inference(scratch_server, loaded, name, module, outputs, message):

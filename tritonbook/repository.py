@@ -282,9 +282,11 @@ def pack_python_environment(archive: str | os.PathLike, modules: dict[str, str],
     site-packages, file by file as their metadata lists them, and each of ``modules``
     (name -> source) is written as ``name.py``. numpy is the default because the python
     backend's ``triton_python_backend_utils`` imports it and a venv does not see its base
-    Python's packages. The archive holds ``bin/activate``, which the backend sources
-    before it starts the stub; venv's script names the folder it was made in, so it is
-    rewritten to find its folder from its own location (bash only, as the backend runs it).
+    Python's packages. The archive holds ``bin/activate``, which the 24.10 backend (the
+    embedded server) sources before it starts the stub; venv's script names the folder it
+    was made in, so it is rewritten to find its folder from its own location (bash only,
+    as that backend runs it). From 25.08 the backend only checks that the script exists
+    and sets ``VIRTUAL_ENV`` and ``PATH`` itself: the rewrite is harmless there.
 
     A venv names its base Python by absolute path (``home`` in ``pyvenv.cfg``; ``bin/python``
     is a link to it), so the archive serves where that Python exists: on this machine, the
@@ -302,7 +304,7 @@ def pack_python_environment(archive: str | os.PathLike, modules: dict[str, str],
         # venv writes its own folder into bin/activate by absolute path. Unpacked
         # elsewhere, that script would put a missing folder on PATH, and the stub, which
         # finds its prefix through the first python3 on PATH, would run the base Python
-        # without the environment's packages. The backend sources the script with bash,
+        # without the environment's packages. The 24.10 backend sources the script with bash,
         # so it can find its folder from its own location instead, as conda-pack's does.
         activate = env / "bin" / "activate"
         here = '$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)'

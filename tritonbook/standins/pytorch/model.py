@@ -153,7 +153,9 @@ class TritonPythonModel:
             try:
                 torch.set_num_interop_threads(inter)
             except RuntimeError:  # only possible before torch's first parallel work
-                pass  # the real backend ignores this failure too
+                # The container's backend (25.11 and later) ignores this failure too;
+                # 24.10's did not catch it (server #7836). Not imitated: an abort.
+                pass
             pb_utils.Logger.log_info(f"Inter op thread count is set to {torch.get_num_interop_threads()} "
                                      f"for model instance '{config.model_name}'")
         if (intra or 0) > 0 or (inter or 0) > 0:
@@ -291,11 +293,22 @@ class TritonPythonModel:
         return split_outputs(outputs, sizes, config)
 
     def _returned(self, result):
+        """The backend's checks of what ``forward`` returned, in its order (r24.10
+        ``ModelInstanceState::Execute``): a list anywhere names its element type."""
         torch = self.torch
         if isinstance(result, torch.Tensor):
             return [result]
-        if isinstance(result, tuple) and all(isinstance(r, torch.Tensor) for r in result):
-            return list(result)
+        if isinstance(result, list):
+            raise ValueError("output must be of type Tensor or List[str], received "
+                             f"List[{_element_type(result, torch)}]")
+        if isinstance(result, tuple):
+            for index, element in enumerate(result):
+                if isinstance(element, list):
+                    raise ValueError(f"output at index {index} must be of type Tensor or "
+                                     f"List[str], received List[{_element_type(element, torch)}]")
+            if all(isinstance(r, torch.Tensor) for r in result):
+                return list(result)
+            # Another kind inside the tuple fails in c10's toTensor(), with its own text.
         raise ValueError(
             "output must be of type Tensor, List[str] or Tuple containing one of these "
             "two types. It should not be a List / Dictionary of Tensors or a Scalar"
@@ -323,3 +336,13 @@ class TritonPythonModel:
                 )
             outputs[io.name] = array
         return outputs
+
+
+def _element_type(values: list, torch) -> str:
+    """TorchScript's name for a returned list's element type, as the backend prints it.
+    The stand-in refuses string outputs at load, so a List[str] never gets here."""
+    kinds = {torch.Tensor: "Tensor", bool: "bool", int: "int", float: "float", str: "str"}
+    for kind, name in kinds.items():
+        if values and all(isinstance(v, kind) for v in values):
+            return name
+    return "Tensor"  # an empty list: TorchScript's default element type
