@@ -1,54 +1,85 @@
-"""The book's verdict on "faster / slower": repeated runs, a 95 % interval, a drift
-check. The rule is tested on simulated runs whose truth is known."""
+"""The book's verdict on "faster / slower": paired rounds in a turning order, a 95 %
+interval over the per-round ratios, a practical threshold fixed in advance. The rule is
+tested on simulated rounds whose truth is known."""
 
 import numpy as np
 import pytest
 
-from tritonbook.measure import Ratio, interleaved, round_robin
+from tritonbook.measure import Ratio, interleaved, paired_calls, round_robin
 
 
-def _verdicts(true_ratio, runs, spread, trials=2000, seed=0):
+def _verdicts(true_ratio, rounds, spread, round_spread=0.0, trials=2000, seed=0):
+    """Verdicts on simulated paired rounds: each round's machine speed moves both of its
+    measurements by ``round_spread``; each measurement has its own ``spread`` too."""
     rng = np.random.default_rng(seed)
     counts = {}
     for _ in range(trials):
-        a = tuple(true_ratio * 100 * (1 + spread * rng.standard_normal(runs)))
-        b = tuple(100 * (1 + spread * rng.standard_normal(runs)))
+        speed = 1 + round_spread * rng.standard_normal(rounds)
+        a = tuple(true_ratio * 100 * speed * (1 + spread * rng.standard_normal(rounds)))
+        b = tuple(100 * speed * (1 + spread * rng.standard_normal(rounds)))
         verdict = Ratio("a / b", a, b).verdict
-        key = verdict if verdict in ("higher", "lower", "no difference shown") else "none"
-        counts[key] = counts.get(key, 0) + 1
+        counts[verdict] = counts.get(verdict, 0) + 1
     return {k: v / trials for k, v in counts.items()}
 
 
-@pytest.mark.parametrize("runs", [3, 5, 7])
-def test_no_difference_is_rarely_called_one(runs):
-    # Runs that differ only by noise (5 % spread): a 95 % interval calls a
-    # difference about 5 % of the time. The quartile-overlap rule the book used
-    # before called one 34 % of the time at 3 runs.
-    shares = _verdicts(1.0, runs, spread=0.05)
-    assert shares.get("higher", 0) + shares.get("lower", 0) < 0.08
+@pytest.mark.parametrize("rounds", [3, 6, 10])
+def test_noise_alone_never_gives_a_direction(rounds):
+    # Pairs that differ only by noise (5 % each, 20 % between rounds): the threshold of
+    # 10 % keeps a direction out, where a bare 95 % interval calls one 5 % of the time.
+    shares = _verdicts(1.0, rounds, spread=0.05, round_spread=0.2)
+    assert shares.get("higher", 0) + shares.get("lower", 0) < 0.002
 
 
-def test_a_real_difference_is_found():
-    shares = _verdicts(1.3, 5, spread=0.05)
+def test_a_real_difference_is_found_through_a_machine_that_moves():
+    # 30 % apart, each round on a machine whose speed moves by 20 %: the pairs carry it.
+    shares = _verdicts(1.3, 6, spread=0.05, round_spread=0.2)
     assert shares.get("higher", 0) > 0.8 and shares.get("lower", 0) == 0
 
 
-def test_too_few_runs_or_a_drifting_baseline_give_no_verdict():
-    assert Ratio("x", (12.0, 12.1), (10.0, 10.1)).verdict == "not enough runs for a verdict"
-    drifting = Ratio("x", (12.0, 12.0, 12.0), (10.0, 10.5, 11.5))
-    assert drifting.verdict.startswith("the baseline drifted 14%")
-    clear = Ratio("x", (12.0, 12.5, 11.8), (10.2, 9.9, 10.1))
+def test_a_difference_below_the_threshold_is_not_a_direction():
+    shares = _verdicts(1.05, 10, spread=0.02)
+    assert shares.get("higher", 0) < 0.002
+    assert shares.get("the same within 10%", 0) > 0.8
+
+
+def test_the_verdict_compares_the_whole_interval_with_the_threshold():
+    assert Ratio("x", (12.0, 12.1), (10.0, 10.1)).verdict == "not enough rounds for a verdict"
+    clear = Ratio("x", (12.0, 12.2, 11.9, 12.1), (10.0, 10.1, 9.9, 10.0))
     low, high = clear.interval
-    assert clear.verdict == "higher" and 1 < low < clear.ratio < high
-    assert str(clear).startswith("x: 1.20x (95 % interval 1.11-1.31, 3 + 3 runs")
+    assert clear.verdict == "higher" and 1.1 < low < clear.ratio < high
+    assert str(clear) == ("x: 1.20x (95 % interval 1.20-1.21, 4 paired rounds, "
+                          "order alternating): higher")
+    # 20 % apart, but three rounds that spread: the interval reaches below 1.1.
+    wide = Ratio("x", (12.0, 12.5, 11.8), (10.2, 9.9, 10.1))
+    assert wide.interval[0] < 1.1 < wide.ratio and wide.verdict == "not shown beyond 10%"
+    same = Ratio("x", (10.1, 10.0, 9.9, 10.0), (10.0, 10.1, 10.0, 9.9))
+    assert same.verdict == "the same within 10%"
+    # Beyond 1, but not wholly beyond 1.1: no direction.
+    short = Ratio("x", (10.8, 11.2, 11.0, 10.9), (10.0, 10.0, 10.0, 10.0))
+    assert short.interval[0] > 1 and short.verdict == "not shown beyond 10%"
+    lower = Ratio("x", (6.0, 6.2, 5.9), (10.0, 10.2, 9.9), threshold=0.05)
+    assert lower.verdict == "lower" and str(lower).endswith(": lower")
 
 
-def test_interleaved_alternates_the_two_measurements():
+def test_a_machine_that_slows_down_cancels_out_of_the_pairs():
+    # Each round 20 % slower than the last: A is 1.5 times B in every round.
+    speed = [1.0, 1.2, 1.44, 1.73]
+    ratio = Ratio("x", tuple(15 * s for s in speed), tuple(10 * s for s in speed))
+    assert ratio.ratio == pytest.approx(1.5) and ratio.interval == pytest.approx((1.5, 1.5))
+    assert ratio.verdict == "higher"
+
+
+def test_runs_are_paired_round_by_round():
+    with pytest.raises(ValueError, match="pairs them round by round"):
+        Ratio("x", (1.0, 2.0, 3.0), (1.0, 2.0))
+
+
+def test_interleaved_alternates_the_order_of_each_pair():
     calls = []
     ratio = interleaved(lambda: calls.append("a") or 2.0, lambda: calls.append("b") or 1.0,
-                        runs=3, label="a / b")
-    assert calls == ["a", "b"] * 3
-    assert ratio.a == (2.0,) * 3 and ratio.ratio == 2.0 and ratio.verdict == "higher"
+                        runs=4, label="a / b")
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert ratio.a == (2.0,) * 4 and ratio.ratio == 2.0 and ratio.verdict == "higher"
 
 
 def test_an_unstable_run_withholds_the_verdict():
@@ -57,20 +88,28 @@ def test_an_unstable_run_withholds_the_verdict():
     assert all(np.isnan(ratio.interval))
 
 
-def test_a_drift_smaller_than_the_difference_keeps_the_verdict():
-    # The baseline drifts 20 %, but A is twice B: no drift made that.
-    ratio = Ratio("x", (20.0, 21.0, 22.0), (9.0, 10.0, 11.0))
-    assert ratio.drift == pytest.approx(0.2) and ratio.verdict == "higher"
-
-
-def test_round_robin_shares_one_baseline_run_per_round():
+def test_round_robin_turns_the_order_and_pairs_each_arm_with_its_rounds_baseline():
     calls = []
-    ratios = round_robin(
-        {"a": lambda: calls.append("a") or 2.0, "c": lambda: calls.append("c") or 3.0},
-        lambda: calls.append("base") or 1.0, rounds=2, label="{} / base")
-    assert calls == ["a", "c", "base", "a", "c", "base"]
+    value = iter(range(1, 100))
+
+    def run(name):
+        return lambda: calls.append(name) or float(next(value))
+
+    ratios = round_robin({"a": run("a"), "c": run("c")}, run("base"), rounds=3,
+                         label="{} / base")
+    assert calls == ["a", "c", "base", "c", "base", "a", "base", "a", "c"]
     assert [str(r).split(":")[0] for r in ratios.values()] == ["a / base", "c / base"]
-    assert ratios["c"].a == (3.0, 3.0) and ratios["c"].b == ratios["a"].b == (1.0, 1.0)
+    # Values 1..9 in call order: each arm is paired with the baseline of its own round.
+    assert ratios["a"].a == (1.0, 6.0, 8.0) and ratios["a"].b == (3.0, 5.0, 7.0)
+    assert ratios["c"].a == (2.0, 4.0, 9.0) and ratios["c"].b == ratios["a"].b
+
+
+def test_paired_calls_time_rounds_of_medians_in_turning_order():
+    calls = []
+    taken = paired_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                         rounds=2, calls=3, warmup=1)
+    assert calls == ["a"] * 4 + ["b"] * 4 + ["b"] * 4 + ["a"] * 4
+    assert set(taken) == {"a", "b"} and all(len(v) == 2 and min(v) > 0 for v in taken.values())
 
 
 def test_the_plot_against_a_baseline_draws_each_ratio_with_its_interval():
