@@ -75,8 +75,39 @@ def check(claim: Claim, lines: list[str]) -> str | None:
     return None if holds else f"{claim}: the run printed {line!r}"
 
 
-def problems(path: Path) -> list[str]:
-    """What the committed outputs of ``path`` do not bear out."""
+def check_record(claim: Claim, notebook: dict, entries: list[dict]) -> str | None:
+    """A direction (``=> higher``, ``=> lower``) must replicate in the record of full
+    runs (``booktools.record``); ``=> varies`` holds while neither direction does."""
+    from booktools import record
+
+    if claim.op != "=>" or claim.value not in ("higher", "lower", "varies"):
+        return None
+    printed = {v["name"]: v for v in record.verdicts(notebook)}
+    if claim.label not in printed:
+        return f"{claim}: no verdict of that name in the committed run"
+    counts = record.tally(claim.label, printed[claim.label]["cell"], entries)
+    seen = dict(counts) or "no runs"
+    if claim.value == "varies":
+        replicated = [d for d in record.OPPOSITE if record.supported(d, counts)]
+        return f"{claim}: the record now replicates {replicated[0]!r} ({seen})" if replicated else None
+    if record.supported(claim.value, counts):
+        return None
+    return (f"{claim}: the record of independent full runs has {seen}; a direction needs "
+            f"{record.AGREEING} that agree and none against")
+
+
+def problems(path: Path, entries: list[dict] | None = None) -> list[str]:
+    """What the committed outputs of ``path``, and the record of full runs, do not bear
+    out."""
+    from booktools import record
+
     notebook = json.loads(Path(path).read_text())
     lines = printed_lines(notebook)
-    return [p for claim in claims(notebook) if (p := check(claim, lines))]
+    entries = record.read() if entries is None else entries
+    found = []
+    for claim in claims(notebook):
+        if claim.value != "varies" and (problem := check(claim, lines)):
+            found.append(problem)
+        elif problem := check_record(claim, notebook, entries):
+            found.append(problem)
+    return found

@@ -128,6 +128,10 @@ def execute(path: Path, timeout: int = 1800, *, out: Path | None = None,
         target = out or path
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, target)
+        if out is None:  # the committed copy: a full run's verdicts join the record
+            from booktools import record
+
+            record.append(path, notebook)
     return seconds
 
 
