@@ -131,7 +131,8 @@ def execute(path: Path, timeout: int = 1800, *, out: Path | None = None,
         if out is None:  # the committed copy: a full run's verdicts join the record
             from booktools import record
 
-            record.append(path, notebook)
+            if record.append(path, notebook):
+                record.write_page()
     return seconds
 
 

@@ -77,6 +77,8 @@ def append(path: Path, notebook: dict, record: Path = RECORD) -> int:
     provenance = meta.get("provenance", {})
     if provenance.get("profile") != "full" or not meta.get("succeeded"):
         return 0
+    if Path(path).resolve().parent not in (ROOT / "notebooks", ROOT / "book"):
+        return 0  # a copy (a test's, a GPU run's): not the book's record
     where = {"notebook": Path(path).stem, "started": meta["executed"],
              "commit": provenance.get("commit", ""), "cpu": provenance.get("cpu", ""),
              "cores": provenance.get("cores"), "device": provenance.get("device", "")}
@@ -123,3 +125,60 @@ def seen_range(name: str, cell: str, entries: list[dict]) -> tuple[float, float]
     ratios = [e["ratio"] for e in independent(
         [e for e in entries if e["name"] == name and e["cell"] == cell])]
     return (min(ratios), max(ratios)) if ratios else None
+
+
+PAGE = ROOT / "book" / "replication.md"
+TABLE_START = "<!-- the record's table: written by booktools.record, do not edit -->"
+TABLE_END = "<!-- end of the record's table -->"
+
+
+def committed_verdicts() -> dict[tuple[str, str], dict]:
+    """The verdicts the committed notebooks print now, by (notebook, name)."""
+    found = {}
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        notebook = json.loads(path.read_text())
+        for verdict in verdicts(notebook):
+            found[path.stem, verdict["name"]] = verdict
+    return found
+
+
+def status(counts: Counter) -> str:
+    """What the independent runs of one verdict say, in words."""
+    for direction in OPPOSITE:
+        if supported(direction, counts):
+            return f"replicates: {direction}"
+    if counts["higher"] and counts["lower"]:
+        return "varies: both directions seen"
+    for direction in OPPOSITE:
+        if counts[direction]:
+            return f"{direction} in {counts[direction]} of the {AGREEING} agreeing runs a direction needs"
+    return f"no direction in {sum(counts.values())} run(s)"
+
+
+def table(entries: list[dict], current: dict[tuple[str, str], dict]) -> str:
+    """The record as a Markdown table: one row per verdict the notebooks print now,
+    over the independent runs of its current cell."""
+    rows = ["| chapter | verdict | runs | verdicts seen | ratios seen | status |",
+            "|---|---|---|---|---|---|"]
+    for (notebook, name), verdict in current.items():
+        same = [e for e in entries if e.get("notebook") == notebook]
+        counts = tally(name, verdict["cell"], same)
+        seen = seen_range(name, verdict["cell"], same)
+        ratios = "" if seen is None else (f"{seen[0]:.2f}x" if seen[0] == seen[1]
+                                          else f"{seen[0]:.2f}x to {seen[1]:.2f}x")
+        words = ", ".join(f"{verdict_} {count}" for verdict_, count in sorted(counts.items()))
+        rows.append(f"| {notebook[:2]} | {name} | {sum(counts.values())} | {words} | {ratios} | "
+                    f"{status(counts)} |")
+    return "\n".join(rows)
+
+
+def write_page(page: Path = PAGE) -> None:
+    """Write the record's table into the page, between its two markers."""
+    text = page.read_text()
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    page.write_text(f"{head}{TABLE_START}\n{table(read(), committed_verdicts())}\n{TABLE_END}{tail}")
+
+
+if __name__ == "__main__":
+    write_page()

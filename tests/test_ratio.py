@@ -109,7 +109,17 @@ def test_paired_calls_time_rounds_of_medians_in_turning_order():
     taken = paired_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
                          rounds=2, calls=3, warmup=1)
     assert calls == ["a"] * 4 + ["b"] * 4 + ["b"] * 4 + ["a"] * 4
-    assert set(taken) == {"a", "b"} and all(len(v) == 2 and min(v) > 0 for v in taken.values())
+    assert [t.label for t in taken] == ["a", "b"]
+    # Every timed call kept, and one median per round: the samples a Ratio pairs.
+    assert all(len(t.seconds) == 6 and len(t.rounds) == 2 and min(t.rounds) > 0 for t in taken)
+    assert "6 repeats in 2 rounds" in str(taken[0])
+
+
+def test_the_order_turns_by_one_place_each_round():
+    from tritonbook.measure import turned
+
+    assert [turned("ABC", i) for i in range(4)] == [
+        list("ABC"), list("BCA"), list("CAB"), list("ABC")]
 
 
 def test_the_plot_against_a_baseline_draws_each_ratio_with_its_interval():

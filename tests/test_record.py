@@ -84,3 +84,47 @@ def test_the_prose_states_a_direction_only_where_the_record_replicates_it(tmp_pa
     path.write_text(json.dumps(notebook(lines, prose="<!-- claim: a / b => varies -->")))
     assert "now replicates 'higher'" in claims.problems(path, runs)[0]
     assert claims.problems(path, runs[:2]) == []
+
+
+def test_a_copy_outside_the_book_is_not_recorded(tmp_path):
+    file = tmp_path / "runs.jsonl"
+    lines = [LINE.format("a / b", 1.5, 1.2, 1.8, "higher")]
+    assert record.append(tmp_path / "07_production.ipynb", notebook(lines), file) == 0
+
+
+def test_an_effect_of_the_history_holds_while_no_run_of_the_record_contradicts_it(tmp_path):
+    name = "first request, no warm-up / warm-up"
+    lines = [LINE.format(name, 2.0, 1.6, 2.5, "higher")]
+    path = tmp_path / "07_production.ipynb"
+    path.write_text(json.dumps(notebook(lines, prose=f"<!-- claim: {name} => higher (history) -->")))
+    cell = record.cell_hash("print(ratio)")
+    assert claims.problems(path, []) == []
+    against = [{**_entry("01T10:00", "lower"), "name": name, "cell": cell}]
+    assert "gave the opposite" in claims.problems(path, against)[0]
+    # The run itself must give it too.
+    path.write_text(json.dumps(notebook([LINE.format(name, 1.0, 0.8, 1.2, "not shown beyond 10%")],
+                                        prose=f"<!-- claim: {name} => higher (history) -->")))
+    assert "the run printed" in claims.problems(path, [])[0]
+    # Only the effects the history carried may be claimed that way.
+    lines = [LINE.format("a / b", 1.5, 1.2, 1.8, "higher")]
+    path.write_text(json.dumps(notebook(lines, prose="<!-- claim: a / b => higher (history) -->")))
+    assert "not one of the effects" in claims.problems(path, [])[0]
+
+
+def test_the_replication_page_shows_the_committed_record():
+    text = record.PAGE.read_text()
+    shown = text.split(record.TABLE_START, 1)[1].split(record.TABLE_END, 1)[0].strip()
+    assert shown == record.table(record.read(), record.committed_verdicts()), (
+        "run python -m booktools.record to write the record's table into book/replication.md")
+
+
+def test_every_committed_notebook_prints_each_verdict_label_once():
+    # record.verdicts refuses a label printed twice: the record names a verdict by it.
+    assert len(record.committed_verdicts()) >= 20
+
+
+def test_the_status_of_a_verdict_follows_its_runs():
+    assert record.status(record.Counter(higher=3)) == "replicates: higher"
+    assert record.status(record.Counter(higher=1)) == "higher in 1 of the 3 agreeing runs a direction needs"
+    assert record.status(record.Counter({"not shown beyond 10%": 2})) == "no direction in 2 run(s)"
+    assert record.status(record.Counter(higher=2, lower=1)) == "varies: both directions seen"

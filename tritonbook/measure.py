@@ -18,7 +18,7 @@ import torch
 from tritonbook import profile
 
 __all__ = ["Parity", "parity", "Timing", "time_call", "timing_table", "plot_timings",
-           "Ratio", "interleaved", "round_robin"]
+           "Ratio", "interleaved", "round_robin", "paired_calls", "turned"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,9 @@ class Timing:
     label: str
     seconds: tuple[float, ...] = field(repr=False)
     setting: str = ""  # device, dtype, batch: what the reader needs to read the number
+    # From ``paired_calls``: the median of each round's calls, the samples a ``Ratio``
+    # pairs; the calls inside a round are not independent runs.
+    rounds: tuple[float, ...] = field(default=(), repr=False)
 
     @property
     def median(self) -> float:
@@ -93,8 +96,9 @@ class Timing:
     def __str__(self) -> str:
         q1, q3 = self.quartiles
         setting = f", {self.setting}" if self.setting else ""
+        rounds = f" in {len(self.rounds)} rounds" if self.rounds else ""
         return (f"{self.label}: median {self.median * 1e3:.3g} ms "
-                f"(IQR {q1 * 1e3:.3g}-{q3 * 1e3:.3g} ms, {len(self.seconds)} repeats{setting})")
+                f"(IQR {q1 * 1e3:.3g}-{q3 * 1e3:.3g} ms, {len(self.seconds)} repeats{rounds}{setting})")
 
 
 def _synchronize() -> None:
@@ -187,7 +191,7 @@ def plot_against_baseline(latency, ratios: dict[str, "Ratio"], title: str,
     centres = np.array([ratios[label].ratio for label in labels])
     lows = np.array([ratios[label].interval[0] for label in labels])
     highs = np.array([ratios[label].interval[1] for label in labels])
-    runs = {f"{len(r.a)} + {len(r.b)} runs" for r in ratios.values()}
+    runs = {f"{len(r.a)} paired rounds" for r in ratios.values()}
     right.errorbar(xs, centres, yerr=[centres - lows, highs - centres], fmt="o",
                    capsize=4, label=f"95 % interval, {', '.join(sorted(runs))}")
     right.axhline(1, color="black", linestyle="--", label=baseline)
@@ -323,34 +327,52 @@ def round_robin(runs: dict[str, Callable[[], float]], baseline: Callable[[], flo
     order = [*runs, None]  # None: the baseline
     taken: dict[str | None, list[float]] = {name: [] for name in order}
     for index in range(rounds):
-        turn = index % len(order)
-        for name in order[turn:] + order[:turn]:
+        for name in turned(order, index):
             taken[name].append(float((baseline if name is None else runs[name])()))
     base = tuple(taken.pop(None))
     return {name: Ratio(label.format(name), tuple(values), base)
             for name, values in taken.items()}
 
 
+def turned(names, index: int) -> list:
+    """``names`` in the order of round ``index``: turned by one place each round (A B C,
+    B C A, C A B, ...), so that over the rounds each takes each place equally often and a
+    machine that drifts during a round does not always favour the same one."""
+    names = list(names)
+    turn = index % len(names) if names else 0
+    return names[turn:] + names[:turn]
+
+
 def paired_calls(functions: dict[str, Callable[[], object]], rounds: int = 6,
-                 calls: int = 5, warmup: int = 1) -> dict[str, tuple[float, ...]]:
+                 calls: int = 5, warmup: int = 1, setting: str = "",
+                 desc: str | None = None) -> list[Timing]:
     """Time each of ``functions`` in paired rounds: in each round every function makes
-    ``warmup`` untimed calls, then ``calls`` timed ones, and its round's value is their
-    median (seconds); the order turns from round to round as in ``round_robin``. The
-    rounds, not the calls, are the samples a ``Ratio`` compares. The quick profile
-    takes fewer rounds and calls."""
+    ``warmup`` untimed calls, then ``calls`` timed ones, in the order of ``turned``.
+    One ``Timing`` per function, in the dict's order: ``seconds`` holds every timed
+    call (for medians and quartiles), ``rounds`` each round's median (the samples a
+    ``Ratio`` pairs, round by round). ``desc`` shows a progress bar over the rounds.
+    The quick profile takes fewer rounds and calls."""
     rounds = profile.rounds(rounds)
     calls, warmup = profile.repeats(calls), profile.warmup(warmup)
-    names = list(functions)
-    taken: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(rounds):
-        turn = index % len(names)
-        for name in names[turn:] + names[:turn]:
+    taken: dict[str, list[float]] = {name: [] for name in functions}
+    medians: dict[str, list[float]] = {name: [] for name in functions}
+    steps = range(rounds)
+    if desc is not None:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc=desc, unit="round")
+    for index in steps:
+        for name in turned(functions, index):
             for _ in range(warmup):
                 functions[name]()
+            _synchronize()
             seconds = []
             for _ in range(calls):
                 started = time.perf_counter()
                 functions[name]()
+                _synchronize()
                 seconds.append(time.perf_counter() - started)
-            taken[name].append(statistics.median(seconds))
-    return {name: tuple(values) for name, values in taken.items()}
+            taken[name] += seconds
+            medians[name].append(statistics.median(seconds))
+    return [Timing(name, tuple(taken[name]), setting, tuple(medians[name]))
+            for name in functions]

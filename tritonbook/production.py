@@ -21,7 +21,7 @@ from tritonbook.server import SHM_PREFIX
 
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
-           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "small_cnn", "small_cnn_onnx",
+           "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "gpu_run_half", "small_cnn", "small_cnn_onnx",
            "stub_shm", "stub_python"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
@@ -399,6 +399,13 @@ GPU_RUN = Path(__file__).resolve().parent.parent / "book" / "gpu_run.json"
 def gpu_run() -> dict:
     """The saved GPU run (``book/gpu_run.json``), each section with the call that made it."""
     return json.loads(GPU_RUN.read_text())
+
+
+def gpu_run_half(call: str) -> dict:
+    """One call of the saved GPU runs of the half-width network, the width the CPU
+    chapters serve (``book/gpu_run_half.json``), with its GPU under ``device``."""
+    record = json.loads(GPU_RUN.with_name("gpu_run_half.json").read_text())[call]
+    return {**record, "device": record["environment"]["device"]}
 
 
 def gpu_device(record: dict, section: str) -> str:
