@@ -18,7 +18,7 @@ prose says what the run says.
 A direction (``=> higher``, ``=> lower``) must also replicate in the record of full runs
 (``booktools.record``): three independent runs that give it, none the other. Until it
 does, the prose says the result has not replicated, and claims ``=> varies``, which
-holds while neither direction replicates. Six effects kept their direction in every
+holds while neither direction replicates. Eight effects kept their direction in every
 committed run before the record existed (the performance review of 2026-11-28 read them
 in the notebooks' git history); ``=> higher (history)`` states one of them, and holds
 while this run gives it and no run of the record gives the other. Only the labels of
