@@ -31,18 +31,21 @@ def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
     one, four = points
     assert one.stable and four.stable
     for point in points:
-        # Three windows of 0.5 s (perf_analyzer waits 0.6 s), 25 answers or more each;
-        # never above what one instance can compute, and not far below it once it is
-        # kept busy.
-        assert point.requests >= 60
-        assert point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
-        assert point.infer_per_s > 0.8 * CEILING
-        assert point.compute_infer == pytest.approx(PACE_MS, rel=0.25)
+        # Physics, not this machine's speed: an execution never takes less than the
+        # pace (the stub's overhead on a busy machine may add to it); three windows of
+        # 0.5 s hold at least half of what the pace allows; the throughput is never
+        # above what one instance computes, and not far below it.
+        assert PACE_MS * 0.98 <= point.compute_infer <= PACE_MS * 1.6
+        assert point.requests >= 3 * 0.5 * CEILING / 2
+        capacity = perf.capacity(point, instances=1)
+        assert capacity <= CEILING * 1.02
+        assert 0.6 * capacity < point.infer_per_s <= capacity * 1.05
         assert point.executions == point.inferences  # no batcher: one request each
         assert point.server_requests == point.executions
     # Four in flight on one instance: each waits for the three ahead of it.
-    assert four.p50 == pytest.approx(4 * one.p50, rel=0.2)
-    assert four.queue == pytest.approx(3 * PACE_MS, rel=0.25)
+    assert four.infer_per_s > 0.8 * perf.capacity(four, instances=1)
+    assert four.p50 == pytest.approx(4 * one.p50, rel=0.3)
+    assert four.queue == pytest.approx(3 * four.compute_infer, rel=0.25)
     assert one.queue < 0.2 * PACE_MS
     assert "perf_analyzer -m paced" in one.command and f"-i {protocol}" in one.command
     table = perf.table(points)
@@ -76,7 +79,8 @@ def test_time_windows_last_as_long_as_asked_and_measure_the_same(paced_server):
     assert point.stable and "--measurement-mode time_windows" in point.command
     assert "--measurement-interval 500" in point.command
     assert point.requests == pytest.approx(3 * 0.6 * point.infer_per_s, rel=0.25)
-    assert 0.8 * CEILING < point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
+    capacity = perf.capacity(point, instances=1)
+    assert 0.6 * capacity < point.infer_per_s <= capacity * 1.05 and capacity <= CEILING * 1.02
     counted, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
                         window_requests=5)
     assert "--measurement-mode count_windows" in counted.command
