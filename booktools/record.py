@@ -109,10 +109,14 @@ def independent(entries: list[dict]) -> list[dict]:
     return kept
 
 
+def runs_of(name: str, cell: str, entries: list[dict]) -> list[dict]:
+    """The independent runs of one verdict: its name and its cell's hash."""
+    return independent([e for e in entries if e["name"] == name and e["cell"] == cell])
+
+
 def tally(name: str, cell: str, entries: list[dict]) -> Counter:
     """The verdicts of the independent runs of one name and cell hash."""
-    same = [e for e in entries if e["name"] == name and e["cell"] == cell]
-    return Counter(e["verdict"] for e in independent(same))
+    return Counter(e["verdict"] for e in runs_of(name, cell, entries))
 
 
 def supported(direction: str, counts: Counter) -> bool:
@@ -122,8 +126,7 @@ def supported(direction: str, counts: Counter) -> bool:
 
 def seen_range(name: str, cell: str, entries: list[dict]) -> tuple[float, float] | None:
     """The lowest and highest ratio the independent runs gave: "it varies, by this much"."""
-    ratios = [e["ratio"] for e in independent(
-        [e for e in entries if e["name"] == name and e["cell"] == cell])]
+    ratios = [e["ratio"] for e in runs_of(name, cell, entries)]
     return (min(ratios), max(ratios)) if ratios else None
 
 
