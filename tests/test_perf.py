@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import PACE_MS
+from conftest import PACE_MS, PACED_CONFIG, PACED_MODEL, write_model
 from tritonbook import loadgen, perf, production
 
 # They measure load: a test beside them on the same two cores would move their numbers.
@@ -129,6 +129,23 @@ def test_a_level_that_settles_is_measured_once(paced_server):
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
                       window_s=0.25, stability=50, attempts=3)
     assert point.stable and point.attempts == 1
+
+
+def test_a_time_window_shorter_than_an_answer_grows_until_it_holds_answers(
+        paced_server, scratch_repository):
+    # 300 ms an execution, windows of 50 ms asked (perf_analyzer waits 60 ms): most
+    # windows would hold no answer, and perf_analyzer would stop on the first such.
+    slow = PACED_CONFIG.replace(f'"{PACE_MS}"', '"300"')
+    write_model(scratch_repository, "paced_slow", slow, {"1/model.py": PACED_MODEL})
+    paced_server.load("paced_slow")
+    try:
+        point, = perf.run(paced_server, "paced_slow", {"INPUT__0": X}, batch=1,
+                          concurrency=[1], window_s=0.05, stability=1000, max_trials=3)
+    finally:
+        paced_server.unload("paced_slow")
+    window_ms = int(point.command.split("--measurement-interval ")[1].split()[0])
+    assert point.stable and window_ms in (100, 200, 400, 800, 1600)
+    assert point.requests >= 3 and point.infer_per_s <= 1000 / 300 * 1.05
 
 
 def test_bad_runs_are_clear_errors(paced_server):

@@ -248,6 +248,14 @@ def _write_inputs(folder: Path, inputs: dict[str, np.ndarray], batched: bool) ->
     return arguments
 
 
+# What perf_analyzer says when a time window held no answer: with no model version
+# given, it finds no version whose statistics moved (DetermineStatsModelVersion in its
+# inference_profiler.cc); with one, no request ended inside the window.
+EMPTY_WINDOW = ("failed to find the requested model version",
+                "No valid requests recorded within time interval")
+LONGEST_WINDOW_MS = 60_000
+
+
 def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         concurrency: Sequence[int] = (), request_rate: Sequence[float] = (),
         protocol: str = "grpc", batch: int | None = None, window_requests: int | None = None,
@@ -270,9 +278,10 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     a time, so a high rate on a slow model needs more; a point's ``delayed`` says
     when it could not keep up). ``window_requests`` (count windows, 50 when neither
     is given) or ``window_s`` (time windows, seconds): the module's docstring says which
-    suits which model. ``attempts``: a level that does not settle within ``max_trials``
-    windows is measured again, from the start, up to ``attempts`` runs in all; only the
-    last run counts, and its ``Point.attempts`` says how many there were. On a busy
+    suits which model; a time window that holds no answer is doubled until one does
+    (the point's ``command`` shows the window it ran with). ``attempts``: a level that
+    does not settle within ``max_trials`` windows is measured again, from the start, up
+    to ``attempts`` runs in all; only the last run counts, and its ``Point.attempts`` says how many there were. On a busy
     machine one run in ten may not settle; comparisons that need every run's number
     take each level again rather than lose the comparison.
     """
@@ -295,12 +304,13 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     window_s, window_requests = settings["window_s"], settings["window_requests"]
     max_trials, stability = settings["max_trials"], settings["stability"]
     attempts = settings["attempts"]
-    if window_s is None:
-        windows = ["--measurement-mode", "count_windows",
-                   "--measurement-request-count", str(window_requests or 50)]
-    else:
-        windows = ["--measurement-mode", "time_windows",
-                   "--measurement-interval", str(round(window_s * 1000))]
+    def windows(window_ms: int) -> list[str]:
+        if window_s is None:
+            return ["--measurement-mode", "count_windows",
+                    "--measurement-request-count", str(window_requests or 50)]
+        return ["--measurement-mode", "time_windows",
+                "--measurement-interval", str(window_ms)]
+
     if not binary().exists():
         raise PerfAnalyzerError(f"perf_analyzer is not at {binary()}: run `make venv`")
     mode, levels = (("concurrency", list(concurrency)) if concurrency
@@ -311,18 +321,17 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         folder = Path(folder)
         data = folder / "inputs"
         data.mkdir()
-        common = [str(binary()), "-m", model, "-u", url, "-i", protocol,
-                  "-b", str(batch or 1), "--input-data", str(data),
-                  *_write_inputs(data, inputs, batched=batch is not None),
-                  *windows,
-                  "-s", str(stability), "-r", str(max_trials),
-                  "--shared-memory", shared_memory]
+        # The arguments before the window's and after it.
+        head = [str(binary()), "-m", model, "-u", url, "-i", protocol,
+                "-b", str(batch or 1), "--input-data", str(data),
+                *_write_inputs(data, inputs, batched=batch is not None)]
+        tail = ["-s", str(stability), "-r", str(max_trials), "--shared-memory", shared_memory]
         if percentile is not None:  # else perf_analyzer stabilises on the mean latency
-            common += ["--percentile", str(percentile)]
+            tail += ["--percentile", str(percentile)]
         if output_bytes is not None:
-            common += ["--output-shared-memory-size", str(output_bytes)]
+            tail += ["--output-shared-memory-size", str(output_bytes)]
         if max_threads is not None:
-            common += ["--max-threads", str(max_threads)]
+            tail += ["--max-threads", str(max_threads)]
 
         def one_level(level) -> Point:
             report = folder / "level.csv"
@@ -332,15 +341,24 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             else:
                 load = ["--request-rate-range", f"{level}:{level}",
                         "--request-distribution", "poisson"]
-            before = _totals(triton, model)
-            try:
-                done = subprocess.run([*common, *load, "-f", str(report)],
-                                      capture_output=True, text=True, timeout=timeout,
-                                      env=_environment())
-            except subprocess.TimeoutExpired:
-                raise PerfAnalyzerError(
-                    f"perf_analyzer ran past {timeout:g} s on {model} at {mode} {level}") from None
-            said = done.stdout + done.stderr
+            window_ms = round((window_s or 0) * 1000)
+            while True:
+                before = _totals(triton, model)
+                arguments = [*head, *windows(window_ms), *tail, *load]
+                try:
+                    done = subprocess.run([*arguments, "-f", str(report)],
+                                          capture_output=True, text=True, timeout=timeout,
+                                          env=_environment())
+                except subprocess.TimeoutExpired:
+                    raise PerfAnalyzerError(f"perf_analyzer ran past {timeout:g} s on {model} "
+                                            f"at {mode} {level}") from None
+                said = done.stdout + done.stderr
+                # A time window shorter than an answer can hold none; perf_analyzer then
+                # stops and asks for a larger window, which it gets, doubled each time.
+                empty = done.returncode != 0 and any(words in said for words in EMPTY_WINDOW)
+                if not (empty and window_s is not None and window_ms < LONGEST_WINDOW_MS):
+                    break
+                window_ms = min(2 * window_ms, LONGEST_WINDOW_MS)
             unstable = "Failed to obtain stable measurement" in said
             if done.returncode != 0 and not unstable:
                 said = (done.stderr.strip() or done.stdout.strip()).splitlines()
@@ -348,7 +366,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
                     f"perf_analyzer failed on {model} at {mode} {level}: "
                     + "; ".join(said[-3:]))
             # As a reader re-runs it: the inputs in a folder named inputs/.
-            shown = shlex.join(["perf_analyzer", *common[1:], *load]).replace(
+            shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(
                 str(data), "inputs")
             point = _parse(said, report, model, mode, level, shown)
             after = _totals(triton, model)
