@@ -52,3 +52,19 @@ def test_a_plan_meets_its_objective_with_a_spare_and_costs_what_its_replicas_cos
     assert cpu["machine-hours per 1,000 faces"] == pytest.approx(
         cpu["replicas planned (+1)"] * 1000 / (3600 * 20))
     assert table.loc["gpu", "replicas planned (+1)"] == 2  # one, and one spare
+    # Random routing splits Poisson arrivals into Poisson arrivals at peak / N a
+    # replica: the plan is the peak over what one replica takes within the objective.
+    within = cpu["faces/s within the objective"]
+    assert cpu["replicas, random routing"] == math.ceil(20 / within)
+    assert cpu["headroom"] == pytest.approx(1 - within / 2.04) and 0 < cpu["headroom"] < 1
+
+
+def test_the_highest_rate_meets_the_objective_and_a_little_more_does_not():
+    service_s, objective_s = 0.5, 3.0
+    rate = capacity.highest_rate(service_s, objective_s)
+    assert capacity.latency_percentile(rate, service_s, 1) <= objective_s
+    assert capacity.latency_percentile(rate + 0.01 / service_s, service_s, 1) > objective_s
+    # A looser objective admits more traffic, never past the ceiling (1 / service).
+    looser = capacity.highest_rate(service_s, 2 * objective_s)
+    assert rate < looser < 1 / service_s
+    assert capacity.highest_rate(service_s, 0.4) == 0.0  # one request alone is too slow

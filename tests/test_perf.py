@@ -5,9 +5,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from conftest import PACE_MS, PACED_CONFIG, PACED_MODEL, write_model
-from tritonbook import loadgen, perf, production
+
+from tritonbook import capacity, loadgen, perf, production
 
 # They measure load: a test beside them on the same two cores would move their numbers.
 pytestmark = pytest.mark.serial
@@ -47,6 +47,9 @@ def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
     assert four.p50 == pytest.approx(4 * one.p50, rel=0.3)
     assert four.queue == pytest.approx(3 * four.compute_infer, rel=0.25)
     assert one.queue < 0.2 * PACE_MS
+    # Little's law: requests in flight = throughput x mean time in the system.
+    for point in points:
+        assert point.load == pytest.approx(point.infer_per_s * point.mean / 1e3, rel=0.1)
     assert "perf_analyzer -m paced" in one.command and f"-i {protocol}" in one.command
     table = perf.table(points)
     assert list(table["concurrency"]) == [1, 4]
@@ -148,6 +151,33 @@ def test_a_time_window_shorter_than_an_answer_grows_until_it_holds_answers(
     assert point.requests >= 3 and point.infer_per_s <= 1000 / 300 * 1.05
 
 
+def test_the_highest_rate_within_an_objective_is_perf_analyzers_search_and_obeys_the_queue(
+        paced_server):
+    # A p95 of 60 ms (three paced executions) under Poisson arrivals. Windows of 30
+    # answers and a loose stability keep the search short; the numbers are not the point.
+    search = perf.highest_rate(paced_server, "paced", {"INPUT__0": X}, batch=1,
+                               low=8, high=40, step=8, objective_ms=60,
+                               window_requests=30, stability=100, max_trials=4)
+    assert "--binary-search" in search.command and "--async" in search.command
+    assert "--latency-threshold 60 --percentile 95" in search.command
+    rates = [rate for rate, _ in search.tried]
+    # perf_analyzer's order: the low end, the high end, then halves of the interval
+    # between the highest rate that met and the lowest that missed.
+    assert rates[:2] == [8, 40] or rates == [8]
+    assert search.tried[0][1], "8/s (utilisation 0.16) missed a 60 ms p95"
+    assert not search.tried[1][1], "40/s (utilisation 0.8) met a 60 ms p95"
+    missed_above = min(rate for rate, ok in search.tried if not ok and rate > search.rate)
+    assert missed_above - search.rate <= 8
+    for point in search.met:
+        assert point.p95 <= 60 and point.infer_per_s <= CEILING * 1.05
+    # A fixed service time queues least (Pollaczek-Khinchine): a real one, with its
+    # jitter and the client's time on top, meets the objective at no higher a rate than
+    # the queue model of its measured execution time says.
+    top = max(search.met, key=lambda point: point.load)
+    service_s = top.execution_ms() / 1e3
+    assert search.rate <= 1.1 * capacity.highest_rate(service_s, 0.060)
+
+
 def test_bad_runs_are_clear_errors(paced_server):
     with pytest.raises(perf.PerfAnalyzerError, match="failed on no_such_model"):
         perf.run(paced_server, "no_such_model", {"INPUT__0": X}, concurrency=[1])
@@ -164,6 +194,15 @@ def test_bad_runs_are_clear_errors(paced_server):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], attempts=0)
     with pytest.raises(ValueError, match="protocol"):
         perf.run(paced_server, "paced", {"INPUT__0": X}, concurrency=[1], protocol="udp")
+    with pytest.raises(ValueError, match="low < high"):
+        perf.highest_rate(paced_server, "paced", {"INPUT__0": X}, low=10, high=5, step=1,
+                          objective_ms=60)
+    with pytest.raises(ValueError, match="step"):
+        perf.highest_rate(paced_server, "paced", {"INPUT__0": X}, low=5, high=10, step=6,
+                          objective_ms=60)
+    with pytest.raises(ValueError, match="percentile"):
+        perf.highest_rate(paced_server, "paced", {"INPUT__0": X}, low=5, high=10, step=1,
+                          objective_ms=60, percentile=97)
 
 
 def test_capacity_counts_batches():

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-__all__ = ["ROUTINGS", "latencies", "latency_percentile", "replicas_for"]
+__all__ = ["ROUTINGS", "latencies", "latency_percentile", "replicas_for", "highest_rate", "plan"]
 
 ROUTINGS = ("random", "shared")
 
@@ -86,11 +86,31 @@ def replicas_for(rate: float, service_s: float, objective_s: float, routing: str
     return replicas
 
 
+def highest_rate(service_s: float, objective_s: float, percentile: float = 95,
+                 precision: float = 0.005, **simulation) -> float:
+    """The highest Poisson rate (per second) one serial replica of fixed ``service_s``
+    takes with its ``percentile`` latency within ``objective_s``: what the model says
+    perf_analyzer's ``--binary-search`` under ``--latency-threshold`` should find for
+    such a replica (``perf.highest_rate``). Bisection on the utilisation, to within
+    ``precision`` of it; 0 when one request alone takes longer than the objective."""
+    if service_s > objective_s:
+        return 0.0
+    low, high = 0.0, 1.0  # utilisations: low meets the objective, high never does
+    while high - low > precision:
+        middle = (low + high) / 2
+        meets = latency_percentile(middle / service_s, service_s, 1, "random", percentile,
+                                   **simulation) <= objective_s
+        low, high = (middle, high) if meets else (low, middle)
+    return low / service_s
+
+
 def plan(ceilings: dict[str, float], peak: float, objective_s: float,
          percentile: float = 95):
     """A replica plan per machine, as a pandas table. ``ceilings``: each machine's
     measured ceiling (faces a second one replica serves at full load); one over it is
-    the service time. Columns: the replicas the ceiling alone gives (``peak / ceiling``,
+    the service time. Columns: the highest Poisson rate one replica takes within the
+    objective (``highest_rate``) and the share of the ceiling left unused there (the
+    headroom), the replicas the ceiling alone gives (``peak / ceiling``,
     rounded up: every replica at full load), the fewest that meet the objective with a
     shared queue and with random routing, the plan (random routing and one more, for the
     loss of a machine), the utilisation and p95 of the plan, and its machine-hours per
@@ -103,8 +123,11 @@ def plan(ceilings: dict[str, float], peak: float, objective_s: float,
         shared = replicas_for(peak, service_s, objective_s, "shared", percentile)
         random = replicas_for(peak, service_s, objective_s, "random", percentile)
         planned = random + 1
+        within = highest_rate(service_s, objective_s, percentile)
         rows[machine] = {
             "faces/s at the ceiling": ceiling,
+            "faces/s within the objective": within,
+            "headroom": 1 - within / ceiling,
             "replicas at the ceiling": math.ceil(peak / ceiling),
             "replicas, shared queue": shared,
             "replicas, random routing": random,

@@ -18,6 +18,10 @@ request (queue, compute input, infer and output, and the rest, "overhead").
     points = perf.run(triton, "srcnn", {"input": low, "factor": scale}, concurrency=[1, 2])
     perf.table(points)
 
+``highest_rate`` asks perf_analyzer the capacity planner's question: the highest rate of
+Poisson arrivals whose latency percentile meets an objective (its binary search under
+``--latency-threshold``).
+
 Each point is measured in windows until the last three agree within ``stability``
 percent in throughput and in the stabilising latency (p95 by default, perf_analyzer's
 ``--percentile``). A level that never agrees within ``max_trials`` windows comes back
@@ -58,7 +62,7 @@ import numpy as np
 
 from tritonbook import profile
 
-__all__ = ["Point", "PerfAnalyzerError", "binary", "install", "missing_libraries", "run", "table",
+__all__ = ["Point", "RateSearch", "PerfAnalyzerError", "highest_rate", "binary", "install", "missing_libraries", "run", "table",
            "plot_latency_throughput", "capacity", "series_table", "layouts_table", "knee"]
 
 # The wheel that carries perf_analyzer for the embedded server's release (r24.10).
@@ -133,6 +137,7 @@ class Point:
     stable: bool
     requests: int = 0  # answers in the reported windows: what the percentiles rest on
     infer_per_s: float = math.nan
+    mean: float = math.nan  # the client's mean latency
     p50: float = math.nan
     p90: float = math.nan
     p95: float = math.nan
@@ -198,6 +203,9 @@ class Point:
 _COUNT = re.compile(r"^\s*Request count: (\d+)", re.M)
 _SERVER = re.compile(r"Inference count: (\d+)\s+Execution count: (\d+)")
 _SUCCESS = re.compile(r"Successful request count: (\d+)")
+# The client's mean latency: printed as such where no --percentile is set, else only as
+# the mean time of a gRPC or HTTP call (the same span).
+_MEAN = re.compile(r"Avg (?:latency|gRPC time|HTTP time): (\d+) usec")
 _OVERHEAD = re.compile(r"\(overhead (\d+) usec")
 _DELAYED = re.compile(r"([\d.]+)% of the requests were delayed")
 
@@ -211,11 +219,17 @@ def _parse(stdout: str, csv_path: Path, model: str, mode: str, load: float,
         rows = list(csv.DictReader(handle))
     if len(rows) != 1:
         raise PerfAnalyzerError(f"expected one row in {csv_path}, found {len(rows)}")
-    row = rows[0]
     # One level per perf_analyzer call, so the report holds one of each.
+    return _point(stdout, rows[0], model, mode, load, command)
+
+
+def _point(stdout: str, row: dict, model: str, mode: str, load: float,
+           command: str) -> Point:
+    """A settled level's Point from its CSV row and its part of the printed report."""
     count, server = _COUNT.search(stdout), _SERVER.search(stdout)
     success = _SUCCESS.search(stdout)
     overhead, delayed = _OVERHEAD.search(stdout), _DELAYED.search(stdout)
+    mean = _MEAN.search(stdout)
 
     def ms(column: str) -> float:
         return float(row[column]) / 1e3  # perf_analyzer writes microseconds
@@ -224,7 +238,7 @@ def _parse(stdout: str, csv_path: Path, model: str, mode: str, load: float,
         model, mode, load, stable=True,
         requests=int(count.group(1)) if count else 0,
         infer_per_s=float(row["Inferences/Second"]),
-        p50=ms("p50 latency"), p90=ms("p90 latency"), p95=ms("p95 latency"),
+        mean=int(mean.group(1)) / 1e3 if mean else math.nan, p50=ms("p50 latency"), p90=ms("p90 latency"), p95=ms("p95 latency"),
         p99=ms("p99 latency"), queue=ms("Server Queue"),
         compute_input=ms("Server Compute Input"),
         compute_infer=ms("Server Compute Infer"),
@@ -269,14 +283,13 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     ``batch`` (the model batches: ``max_batch_size > 0``) the first dimension is the
     batch and perf_analyzer sends ``batch`` copies of the first row (``-b``).
     Give ``concurrency`` (closed loop) or ``request_rate`` (requests per second,
-    Poisson arrivals), not both. ``percentile`` is the
+    Poisson arrivals, sent asynchronously: an open loop), not both. ``percentile`` is the
     latency that must be stable (None: the mean, steadier under Poisson arrivals,
     where the tail of a short window swings). ``shared_memory="system"``
     passes inputs and outputs through /dev/shm regions (``output_bytes`` per output
     when outputs have a variable shape). ``max_threads``: perf_analyzer's sending
-    threads (its default is 4 for request rates, each with one request in flight at
-    a time, so a high rate on a slow model needs more; a point's ``delayed`` says
-    when it could not keep up). ``window_requests`` (count windows, 50 when neither
+    threads (its default is 4 for request rates; they send asynchronously, each
+    request when its arrival is due; a point's ``delayed`` says how many left late). ``window_requests`` (count windows, 50 when neither
     is given) or ``window_s`` (time windows, seconds): the module's docstring says which
     suits which model; a time window that holds no answer is doubled until one does
     (the point's ``command`` shows the window it ran with). ``attempts``: a level that
@@ -339,8 +352,10 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             if mode == "concurrency":
                 load = ["--concurrency-range", f"{int(level)}:{int(level)}"]
             else:
+                # Asynchronous: each request leaves when its arrival is due, not when
+                # a sending thread is free (a late one is "delayed").
                 load = ["--request-rate-range", f"{level}:{level}",
-                        "--request-distribution", "poisson"]
+                        "--request-distribution", "poisson", "--async"]
             window_ms = round((window_s or 0) * 1000)
             while True:
                 before = _totals(triton, model)
@@ -385,6 +400,116 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
                     break
             points.append(dataclasses.replace(point, attempts=attempt))
     return points
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    """perf_analyzer's binary search for the highest request rate whose latency
+    percentile meets an objective (``highest_rate``)."""
+
+    model: str
+    objective_ms: float
+    percentile: int
+    # Each rate in the order perf_analyzer measured it, and whether it met the
+    # objective (settled, with its percentile within it).
+    tried: tuple[tuple[float, bool], ...]
+    met: tuple[Point, ...]  # the levels that met it, as measured
+    step: float
+    command: str
+
+    @property
+    def rate(self) -> float:
+        """The highest rate that met the objective; NaN when the lowest did not."""
+        return max((point.load for point in self.met), default=math.nan)
+
+    def __str__(self) -> str:
+        path = ", ".join(f"{rate:g} {'met' if ok else 'missed'}" for rate, ok in self.tried)
+        return (f"{self.model}: highest rate with p{self.percentile} within "
+                f"{self.objective_ms:g} ms: {self.rate:g}/s, to within {self.step:g}/s "
+                f"(rates tried: {path})")
+
+
+_LEVEL = re.compile(r"^Request Rate: ([\d.]+) inference requests per seconds", re.M)
+
+
+def highest_rate(triton, model: str, inputs: dict[str, np.ndarray], *, low: float,
+                 high: float, step: float, objective_ms: float, percentile: int = 95,
+                 protocol: str = "grpc", batch: int | None = None,
+                 window_requests: int = 100, stability: float = 20.0, max_trials: int = 6,
+                 timeout: float = 1200.0) -> RateSearch:
+    """The highest rate of Poisson arrivals, between ``low`` and ``high`` requests per
+    second, at which ``model``'s ``percentile`` latency stays within ``objective_ms``:
+    perf_analyzer's own search, as its authors intend it for this question
+    (``--request-rate-range low:high:step --binary-search --latency-threshold
+    --percentile``, requests sent asynchronously).
+
+    perf_analyzer measures ``low`` (if it misses, the search stops: NaN), then ``high``
+    (if it meets, that is the answer), then halves the interval between the highest
+    rate that met and the lowest that missed until it is ``step`` or less. A rate
+    misses when its percentile is over the objective, or when its windows never agree
+    within ``stability`` percent in ``max_trials`` windows (a queue that keeps growing
+    never settles). Count windows of ``window_requests`` answers: a p95 from three
+    windows of 100 rests on 300. The quick profile measures ``low`` and ``high`` only.
+    """
+    if not 0 < low < high:
+        raise ValueError(f"need 0 < low < high, not {low!r} and {high!r}")
+    if not 0 < step <= high - low:
+        raise ValueError(f"step must be above 0 and at most high - low, not {step!r}")
+    if percentile not in (50, 90, 95, 99):
+        raise ValueError(f"percentile must be 50, 90, 95 or 99, not {percentile!r}")
+    if protocol not in ("grpc", "http"):
+        raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+    settings = profile.perf_settings(None, window_requests, max_trials, stability, 1)
+    step = profile.search_step(low, high, step)
+    if not binary().exists():
+        raise PerfAnalyzerError(f"perf_analyzer is not at {binary()}: run `make venv`")
+    url = triton.grpc_url if protocol == "grpc" else triton.http_url
+    with tempfile.TemporaryDirectory(prefix="tritonbook_perf_") as folder:
+        folder = Path(folder)
+        data = folder / "inputs"
+        data.mkdir()
+        arguments = [
+            str(binary()), "-m", model, "-u", url, "-i", protocol, "-b", str(batch or 1),
+            "--input-data", str(data),
+            *_write_inputs(data, inputs, batched=batch is not None),
+            "--measurement-mode", "count_windows",
+            "--measurement-request-count", str(settings["window_requests"]),
+            "-s", str(settings["stability"]), "-r", str(settings["max_trials"]),
+            "--request-rate-range", f"{low:g}:{high:g}:{step:g}", "--binary-search",
+            "--latency-threshold", f"{objective_ms:g}", "--percentile", str(percentile),
+            "--request-distribution", "poisson", "--async"]
+        report = folder / "levels.csv"
+        try:
+            done = subprocess.run([*arguments, "-f", str(report)], capture_output=True,
+                                  text=True, timeout=timeout, env=_environment())
+        except subprocess.TimeoutExpired:
+            raise PerfAnalyzerError(f"perf_analyzer's search ran past {timeout:g} s "
+                                    f"on {model}") from None
+        said = done.stdout + done.stderr
+        shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(str(data), "inputs")
+        if done.returncode != 0 and "Failed to obtain stable measurement" not in said:
+            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            raise PerfAnalyzerError(f"perf_analyzer's search failed on {model}: "
+                                    + "; ".join(lines[-3:]))
+        rows = {}
+        if report.exists():
+            with open(report, newline="") as handle:
+                rows = {float(row["Request Rate"]): row for row in csv.DictReader(handle)}
+    # The report prints each rate it measures under a heading of its own; a rate that
+    # settled has its numbers under it, and a row in the CSV.
+    headings = list(_LEVEL.finditer(done.stdout))
+    tried, met = [], []
+    for index, heading in enumerate(headings):
+        rate = float(heading.group(1))
+        end = headings[index + 1].start() if index + 1 < len(headings) else len(done.stdout)
+        row = rows.get(rate)
+        point = (_point(done.stdout[heading.start():end], row, model, "request rate", rate,
+                        shown) if row is not None else None)
+        ok = row is not None and float(row[f"p{percentile} latency"]) / 1e3 <= objective_ms
+        tried.append((rate, bool(ok)))
+        if ok:
+            met.append(point)
+    return RateSearch(model, objective_ms, percentile, tuple(tried), tuple(met), step, shown)
 
 
 def _totals(triton, model: str) -> dict[str, int] | None:

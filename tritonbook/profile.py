@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 
 __all__ = ["Profile", "PROFILES", "VARIABLE", "current", "rounds", "repeats", "warmup",
-           "loadgen_settings", "perf_settings"]
+           "loadgen_settings", "perf_settings", "search_step"]
 
 VARIABLE = "TRITONBOOK_PROFILE"
 
@@ -58,6 +58,8 @@ class Profile:
     perf_max_trials: int | None
     perf_stability: float | None
     perf_attempts: int | None
+    # ``perf.highest_rate``: measure only the two ends of the searched range.
+    search_ends_only: bool
     # Model Navigator's profiling: samples per timing window (its default is 25).
     navigator_window_size: int | None
     # Inductor settings for AOTInductor packages (``tritonbook.aoti``), as (name, value)
@@ -77,7 +79,8 @@ PROFILES = {
         name="full", rounds=None, repeats=None, warmup=None,
         window_s=1.0, longest_window_s=None, max_windows=None, min_requests=None,
         perf_window_s=None, perf_window_requests=None, perf_max_trials=None,
-        perf_stability=None, perf_attempts=None, navigator_window_size=None),
+        perf_stability=None, perf_attempts=None, search_ends_only=False,
+        navigator_window_size=None),
     "quick": Profile(
         name="quick", rounds=1, repeats=3, warmup=1,
         # Four windows of at least 0.1 s, one answer each at least: a GFPGAN level
@@ -86,7 +89,8 @@ PROFILES = {
         # perf_analyzer checks stability over its last three windows: three short
         # ones, and a threshold that any three meet (1000 %).
         perf_window_s=0.25, perf_window_requests=6, perf_max_trials=3,
-        perf_stability=1000.0, perf_attempts=1, navigator_window_size=3,
+        perf_stability=1000.0, perf_attempts=1, search_ends_only=True,
+        navigator_window_size=3,
         aoti_options=(("cpp.simdlen", 1), ("aot_inductor.debug_compile", True)),
         rebuild_shown_builds=False),
 }
@@ -126,6 +130,12 @@ def loadgen_settings(window: float | None, max_windows: int, min_requests: int,
     window = _capped(profile.window_s if window is None else window, profile.longest_window_s)
     return (window, _capped(max_windows, profile.max_windows),
             _capped(min_requests, profile.min_requests))
+
+
+def search_step(low: float, high: float, step: float) -> float:
+    """``perf.highest_rate``'s precision: what a cell asks for, or the whole range
+    (its two ends only) in the quick profile."""
+    return high - low if current().search_ends_only else step
 
 
 def perf_settings(window_s: float | None, window_requests: int | None, max_trials: int,
