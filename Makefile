@@ -82,8 +82,8 @@ test: venv
 	# left behind, each notebook's time beside its budget (booktools/execute.py).
 	$(BIN)/python -m booktools.execute --check --out _build/executed $(NOTEBOOKS)
 	# The unit tests that measure load or watch processes alone, then the others two at a time.
-	$(BIN)/python -m pytest tests -m serial
-	$(BIN)/python -m pytest tests -m "not serial" -n 2 --dist loadfile
+	$(BIN)/python -m pytest tests -m serial --durations=10
+	$(BIN)/python -m pytest tests -m "not serial" -n 2 --dist loadfile --durations=10
 	$(BIN)/jupyter-book build -W --keep-going .
 	$(BIN)/python -m booktools.browser _build/html --screenshots _build/screenshots \
 	    $(foreach page,$(SCREENSHOTS),--shoot $(page))

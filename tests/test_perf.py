@@ -152,30 +152,37 @@ def test_a_time_window_shorter_than_an_answer_grows_until_it_holds_answers(
 
 
 def test_the_highest_rate_within_an_objective_is_perf_analyzers_search_and_obeys_the_queue(
-        paced_server):
-    # A p95 of 60 ms (three paced executions) under Poisson arrivals. Windows of 30
-    # answers and a loose stability keep the search short; the numbers are not the point.
-    search = perf.highest_rate(paced_server, "paced", {"INPUT__0": X}, batch=1,
-                               low=8, high=40, step=8, objective_ms=60,
-                               window_requests=30, stability=100, max_trials=4)
+        paced_server, scratch_repository):
+    # A model paced at 5 ms (ceiling 200/s), so that a window of 100 answers lasts many
+    # times as long as the queue takes to forget its past, even near the ceiling: a p95
+    # from windows shorter than that misses the queue's long excursions and comes out
+    # low. A p95 of 20 ms (four executions) under Poisson arrivals.
+    fast = PACED_CONFIG.replace(f'"{PACE_MS}"', '"5"')
+    write_model(scratch_repository, "paced_fast", fast, {"1/model.py": PACED_MODEL})
+    paced_server.load("paced_fast")
+    try:
+        search = perf.highest_rate(paced_server, "paced_fast", {"INPUT__0": X}, batch=1,
+                                   low=40, high=190, step=25, objective_ms=20,
+                                   window_requests=100, stability=100, max_trials=4)
+    finally:
+        paced_server.unload("paced_fast")
     assert "--binary-search" in search.command and "--async" in search.command
-    assert "--latency-threshold 60 --percentile 95" in search.command
+    assert "--latency-threshold 20 --percentile 95" in search.command
     rates = [rate for rate, _ in search.tried]
     # perf_analyzer's order: the low end, the high end, then halves of the interval
     # between the highest rate that met and the lowest that missed.
-    assert rates[:2] == [8, 40] or rates == [8]
-    assert search.tried[0][1], "8/s (utilisation 0.16) missed a 60 ms p95"
-    assert not search.tried[1][1], "40/s (utilisation 0.8) met a 60 ms p95"
+    assert rates[:2] == [40, 190] or rates == [40]
+    assert search.tried[0][1], "40/s (utilisation 0.2) missed a 20 ms p95"
+    assert not search.tried[1][1], "190/s (utilisation 0.95) met a 20 ms p95"
     missed_above = min(rate for rate, ok in search.tried if not ok and rate > search.rate)
-    assert missed_above - search.rate <= 8
+    assert missed_above - search.rate <= 25
     for point in search.met:
-        assert point.p95 <= 60 and point.infer_per_s <= CEILING * 1.05
+        assert point.p95 <= 20 and point.infer_per_s <= 200 * 1.05
     # A fixed service time queues least (Pollaczek-Khinchine): a real one, with its
     # jitter and the client's time on top, meets the objective at no higher a rate than
     # the queue model of its measured execution time says.
     top = max(search.met, key=lambda point: point.load)
-    service_s = top.execution_ms() / 1e3
-    assert search.rate <= 1.1 * capacity.highest_rate(service_s, 0.060)
+    assert search.rate <= 1.1 * capacity.highest_rate(top.execution_ms() / 1e3, 0.020)
 
 
 def test_bad_runs_are_clear_errors(paced_server):

@@ -19,6 +19,7 @@ def test_full_is_the_default_and_asks_for_what_the_cell_asks(monkeypatch):
     assert profile.perf_settings(0.5, None, 20, 20.0, 3) == {
         "window_s": 0.5, "window_requests": None, "max_trials": 20, "stability": 20.0,
         "attempts": 3}
+    assert profile.search_step(10, 50, 5) == 5
 
 
 def test_quick_does_less_of_everything(monkeypatch):
@@ -29,6 +30,7 @@ def test_quick_does_less_of_everything(monkeypatch):
     assert quick["window_requests"] == 6 and quick["max_trials"] == 3 and quick["attempts"] == 1
     assert quick["stability"] == 1000.0
     assert profile.current().navigator_window_size == 3
+    assert profile.search_step(10, 50, 5) == 40  # the range's two ends only
     assert dict(profile.current().aoti_options) == {
         "cpp.simdlen": 1, "aot_inductor.debug_compile": True}
 
