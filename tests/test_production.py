@@ -38,8 +38,10 @@ def test_metrics_count_what_was_sent_and_agree_with_the_statistics_api(triton):
     with production.MetricsRecorder(triton.metrics_url, period=0.05) as recorder:
         for _ in range(5):
             np.testing.assert_array_equal(ask(triton), 2 * X + 1)
+    # Counted after the answers left: wait for all five before reading either view.
+    api_after = production.wait_counted(
+        triton, {"affine_python": api_before["requests"] + 5})["affine_python"]
     after = production.scrape(triton.metrics_url)
-    api_after = loadgen.server_totals(triton, "affine_python")
     table = production.metrics_table(before, after, ["affine_python"])
     # Five requests of two rows, no batcher: 5 requests, 10 inferences, 5 executions.
     assert table.loc["affine_python", ["requests", "inferences", "executions"]].tolist() == [5, 10, 5]
@@ -48,6 +50,12 @@ def test_metrics_count_what_was_sent_and_agree_with_the_statistics_api(triton):
     assert table.loc["affine_python", "infer ms"] == pytest.approx(per_request_api, abs=0.01)
     series = recorder.series("affine_python")
     assert len(recorder.frames) >= 2 and series["requests"].sum() == 5
+
+
+def test_waiting_for_a_count_the_server_never_reaches_times_out(triton):
+    counted = loadgen.server_totals(triton, "affine_python")["requests"]
+    with pytest.raises(TimeoutError, match="affine_python"):
+        production.wait_counted(triton, {"affine_python": counted + 1}, timeout=0.3)
 
 
 def test_the_parser_reads_labels_and_skips_comments(triton):

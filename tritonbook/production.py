@@ -22,7 +22,7 @@ from tritonbook.server import SHM_PREFIX
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
            "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "gpu_run_half", "small_cnn", "small_cnn_onnx",
-           "stub_shm", "stub_python"]
+           "stub_shm", "stub_python", "wait_counted"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
 COUNTERS = {"requests": "nv_inference_request_success", "inferences": "nv_inference_count",
@@ -180,6 +180,27 @@ class HealthWatcher(_Poller):
         for endpoint in (f"{self.model} ready", "ready"):
             counts[endpoint] = sum(codes[endpoint] == 200 for codes in early)
         return counts
+
+
+def wait_counted(triton, counts: dict[str, int], timeout: float = 10.0) -> dict[str, dict]:
+    """Wait until the server's statistics count at least ``counts[model]`` successful
+    requests for each model, and return their totals (``loadgen.server_totals``). A
+    backend reports an execution's statistics after its responses have left, so a
+    client can hold every answer before the server has counted the last of them: two
+    reads of the counters (the metrics, the statistics API) taken then can differ.
+    TimeoutError if a count is not reached."""
+    from tritonbook.loadgen import server_totals
+
+    deadline = time.monotonic() + timeout
+    while True:
+        totals = {model: server_totals(triton, model) for model in counts}
+        short = {m: t["requests"] for m, t in totals.items() if t["requests"] < counts[m]}
+        if not short:
+            return totals
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"after {timeout:g} s the server counts {short}, "
+                               f"not {counts}")
+        time.sleep(0.05)
 
 
 def health_codes(http_url: str, model: str | None = None) -> dict[str, int]:
