@@ -1,6 +1,7 @@
 """perf_analyzer, run by tritonbook.perf, against a real embedded server, and the
 book's own load generator held to it."""
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -128,6 +129,18 @@ def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
     assert not point.stable and point.attempts == 2
 
 
+@contextlib.contextmanager
+def paced_at(server, repository, name: str, pace_ms: int):
+    """A second paced model, ``pace_ms`` an execution, loaded for the block's length."""
+    config = PACED_CONFIG.replace(f'"{PACE_MS}"', f'"{pace_ms}"')
+    write_model(repository, name, config, {"1/model.py": PACED_MODEL})
+    server.load(name)
+    try:
+        yield name
+    finally:
+        server.unload(name)
+
+
 def test_a_level_that_settles_is_measured_once(paced_server):
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[1],
                       window_s=0.25, stability=50, attempts=3)
@@ -138,14 +151,9 @@ def test_a_time_window_shorter_than_an_answer_grows_until_it_holds_answers(
         paced_server, scratch_repository):
     # 300 ms an execution, windows of 50 ms asked (perf_analyzer waits 60 ms): most
     # windows would hold no answer, and perf_analyzer would stop on the first such.
-    slow = PACED_CONFIG.replace(f'"{PACE_MS}"', '"300"')
-    write_model(scratch_repository, "paced_slow", slow, {"1/model.py": PACED_MODEL})
-    paced_server.load("paced_slow")
-    try:
-        point, = perf.run(paced_server, "paced_slow", {"INPUT__0": X}, batch=1,
+    with paced_at(paced_server, scratch_repository, "paced_slow", 300) as slow:
+        point, = perf.run(paced_server, slow, {"INPUT__0": X}, batch=1,
                           concurrency=[1], window_s=0.05, stability=1000, max_trials=3)
-    finally:
-        paced_server.unload("paced_slow")
     window_ms = int(point.command.split("--measurement-interval ")[1].split()[0])
     assert point.stable and window_ms in (100, 200, 400, 800, 1600)
     assert point.requests >= 3 and point.infer_per_s <= 1000 / 300 * 1.05
@@ -157,15 +165,10 @@ def test_the_highest_rate_within_an_objective_is_perf_analyzers_search_and_obeys
     # times as long as the queue takes to forget its past, even near the ceiling: a p95
     # from windows shorter than that misses the queue's long excursions and comes out
     # low. A p95 of 20 ms (four executions) under Poisson arrivals.
-    fast = PACED_CONFIG.replace(f'"{PACE_MS}"', '"5"')
-    write_model(scratch_repository, "paced_fast", fast, {"1/model.py": PACED_MODEL})
-    paced_server.load("paced_fast")
-    try:
-        search = perf.highest_rate(paced_server, "paced_fast", {"INPUT__0": X}, batch=1,
+    with paced_at(paced_server, scratch_repository, "paced_fast", 5) as fast:
+        search = perf.highest_rate(paced_server, fast, {"INPUT__0": X}, batch=1,
                                    low=40, high=190, step=25, objective_ms=20,
                                    window_requests=100, stability=100, max_trials=4)
-    finally:
-        paced_server.unload("paced_fast")
     assert "--binary-search" in search.command and "--async" in search.command
     assert "--latency-threshold 20 --percentile 95" in search.command
     rates = [rate for rate, _ in search.tried]

@@ -250,6 +250,15 @@ def _point(stdout: str, row: dict, model: str, mode: str, load: float,
         delayed=float(delayed.group(1)) if delayed else 0.0, command=command)
 
 
+def _target(model: str, url: str, protocol: str, batch: int | None, data: Path,
+            inputs: dict[str, np.ndarray]) -> list[str]:
+    """The arguments that say what perf_analyzer sends, and where: the model, the
+    server, the protocol, the batch, and the inputs written to ``data``."""
+    return [str(binary()), "-m", model, "-u", url, "-i", protocol, "-b", str(batch or 1),
+            "--input-data", str(data),
+            *_write_inputs(data, inputs, batched=batch is not None)]
+
+
 def _write_inputs(folder: Path, inputs: dict[str, np.ndarray], batched: bool) -> list[str]:
     """Each input's raw bytes in a file named after it (perf_analyzer's --input-data
     folder), and the --shape arguments that go with them."""
@@ -335,9 +344,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         data = folder / "inputs"
         data.mkdir()
         # The arguments before the window's and after it.
-        head = [str(binary()), "-m", model, "-u", url, "-i", protocol,
-                "-b", str(batch or 1), "--input-data", str(data),
-                *_write_inputs(data, inputs, batched=batch is not None)]
+        head = _target(model, url, protocol, batch, data, inputs)
         tail = ["-s", str(stability), "-r", str(max_trials), "--shared-memory", shared_memory]
         if percentile is not None:  # else perf_analyzer stabilises on the mean latency
             tail += ["--percentile", str(percentile)]
@@ -469,9 +476,7 @@ def highest_rate(triton, model: str, inputs: dict[str, np.ndarray], *, low: floa
         data = folder / "inputs"
         data.mkdir()
         arguments = [
-            str(binary()), "-m", model, "-u", url, "-i", protocol, "-b", str(batch or 1),
-            "--input-data", str(data),
-            *_write_inputs(data, inputs, batched=batch is not None),
+            *_target(model, url, protocol, batch, data, inputs),
             "--measurement-mode", "count_windows",
             "--measurement-request-count", str(settings["window_requests"]),
             "-s", str(settings["stability"]), "-r", str(settings["max_trials"]),
