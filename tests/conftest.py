@@ -16,6 +16,10 @@ from tritonbook import repository, server
 # TRITON_URL as it was when pytest started.
 CONFORMANCE_URL = os.environ.get("TRITON_URL", "").strip() or None
 
+# The profile the notebooks ran under before these tests (CI: quick). The model files
+# they built are reused here, not rebuilt under another profile (book_server).
+NOTEBOOK_PROFILE = os.environ.get("TRITONBOOK_PROFILE")
+
 
 def pytest_configure(config):
     # The tests start their own embedded servers; a TRITON_URL meant for the
@@ -59,8 +63,18 @@ def logged(triton, text: str, timeout: float = 10.0) -> bool:
 
 @pytest.fixture(scope="session")
 def book_server():
-    """One embedded server on the book's model repository, its generated files built."""
-    repository.ensure_model_files()
+    """One embedded server on the book's model repository, its generated files built.
+
+    Built under the notebooks' profile: these tests need files that load and answer,
+    and CI's notebook pass has just built them (an AOTInductor package compiled under
+    the full profile's settings would cost CI a second compile of over a minute)."""
+    forced = os.environ["TRITONBOOK_PROFILE"]
+    if NOTEBOOK_PROFILE is not None:
+        os.environ["TRITONBOOK_PROFILE"] = NOTEBOOK_PROFILE
+    try:
+        repository.ensure_model_files()
+    finally:
+        os.environ["TRITONBOOK_PROFILE"] = forced
     with server.EmbeddedTriton(repository.REPOSITORY) as triton:
         yield triton
 
