@@ -47,7 +47,7 @@ TORCH_INDEX ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-navigator.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-navigator.txt requirements-analyzer.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The pinned torch from TORCH_INDEX first, when set; requirements.txt's torch==
@@ -57,6 +57,8 @@ $(VENV)/.installed: requirements.txt requirements-navigator.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	# Model Navigator without its declared dependencies (the file says why).
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-navigator.txt
+	# Model Analyzer likewise (the file says why).
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-analyzer.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	# perf_analyzer, NVIDIA's load generator, from the tritonclient 2.51.0 wheel
 	# (tritonbook/perf.py says why that one).

@@ -184,3 +184,16 @@ def test_build_writes_a_missing_file(tmp_path, monkeypatch):
     (tmp_path / "affine_torchscript").mkdir()
     repository._main(["build", "affine_torchscript"])
     assert (tmp_path / "affine_torchscript" / "1" / "model.pt").exists()
+
+
+def test_a_model_given_as_the_load_api_takes_it_is_written_as_a_folder(tmp_path):
+    config = {"name": "tiny", "backend": "python", "max_batch_size": 4,
+              "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [3, -1]}],
+              "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [3, -1]}],
+              "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}
+    folder = repository.write_folder(tmp_path, config, {"file:1/model.py": b"# model\n"})
+    assert folder == tmp_path / "tiny"
+    assert (folder / "1" / "model.py").read_bytes() == b"# model\n"
+    assert repository.read_config("tiny", tmp_path) == config
+    with pytest.raises(ValueError, match="file:"):
+        repository.write_folder(tmp_path / "other", config, {"1/model.py": b""})

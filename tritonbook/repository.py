@@ -502,6 +502,27 @@ def read_config(model: str, repository: str | os.PathLike = REPOSITORY) -> dict:
     return config
 
 
+def write_folder(destination: str | os.PathLike, config: dict, files: dict[str, bytes]) -> Path:
+    """A model given as the load API takes it (``Triton.load``: a JSON config with its
+    name, and ``"file:<path>"`` contents) written as a model folder in ``destination``:
+    ``config.pbtxt`` in Triton's text format, and the files. For tools that read a
+    repository, such as Model Analyzer (chapter 7)."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    message = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    folder = Path(destination) / message.name
+    folder.mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(message))
+    for key, data in files.items():
+        if not key.startswith("file:"):
+            raise ValueError(f"file keys start with 'file:', as the load API's do: {key!r}")
+        path = folder / key.removeprefix("file:")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return folder
+
+
 def config_diff(model_a: str, model_b: str, repository: str | os.PathLike = REPOSITORY) -> str:
     """The lines that differ between two models' ``config.pbtxt``, comments and blank
     lines left out, as a unified diff with no context."""
