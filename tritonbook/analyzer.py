@@ -11,6 +11,7 @@ results table: throughput, p95 and p99, and whether each config meets a p95 obje
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -58,7 +59,7 @@ class Search:
         best = self.best()
         if best is None:
             return f"{self.model}: no config met p95 <= {self.objective_ms:g} ms"
-        batcher = ("no batcher" if best["delay us"] != best["delay us"]
+        batcher = ("no batcher" if math.isnan(best["delay us"])
                    else f"delay {best['delay us']:.0f} us")
         return (f"{self.model}: best within p95 <= {self.objective_ms:g} ms is "
                 f"{best.name} ({best['instances']} instance(s), max batch "
