@@ -96,7 +96,7 @@ def test_config_differences_lists_only_the_fields_that_differ():
 # refuses to import where something already fixed multiprocessing's start method to
 # fork (another test in the same pytest worker can have done so).
 RUN = """
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 import torch
 from tritonbook import navigator
@@ -104,23 +104,43 @@ from tritonbook import navigator
 def semaphores():
     return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
 
-def mapped_elsewhere(name):
-    # A lock of the test running beside this one (pytest-xdist): mapped by its process.
+def mappers(name):
+    # The processes that have the lock mapped; None once it is gone (a fork-method lock
+    # is unlinked as soon as it is made).
     try:
-        inode = os.stat("/dev/shm/" + name).st_ino
+        inode = str(os.stat("/dev/shm/" + name).st_ino)
     except FileNotFoundError:
-        return True  # gone: a fork-method lock, unlinked as soon as it was made
+        return None
+    found = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
-        if maps.parent.name == str(os.getpid()):
-            continue
         try:
             lines = maps.read_text().splitlines()
         except OSError:
             continue
-        if any(line.split(None, 5)[4:5] == [str(inode)] and "/dev/shm/" in line
+        if any(line.split(None, 5)[4:5] == [inode] and "/dev/shm/" in line
                for line in lines):
-            return True
-    return False
+            found.add(maps.parent.name)
+    return found
+
+def left_behind(names):
+    # Ours: still mapped by this process. Mapped by no process: a lock whose process has
+    # ended. A test running beside this one (pytest-xdist) has its ended processes' locks
+    # unlinked by its resource tracker within moments; one of ours stays until this
+    # interpreter exits, so an unmapped lock counts only if it is still there later.
+    own = str(os.getpid())
+    left, unmapped = set(), set()
+    for name in names:
+        held = mappers(name)
+        if held is None:
+            continue
+        if own in held:
+            left.add(name)
+        elif not held:
+            unmapped.add(name)
+    if unmapped:
+        time.sleep(5)
+        left |= {name for name in unmapped if mappers(name) == set()}
+    return sorted(left)
 
 before = semaphores()
 workspace = sys.argv[1]
@@ -158,7 +178,7 @@ for _ in tqdm(range(2), disable=False):
 lock = multiprocessing.Lock()
 # Measured before the interpreter exits, while nothing has cleaned up for it yet.
 print(json.dumps({
-    "left": sorted(n for n in semaphores() - before if not mapped_elsewhere(n)),
+    "left": left_behind(semaphores() - before),
     "keys_differ": keys_differ,
     "method": multiprocessing.get_start_method(allow_none=True),
 }))
