@@ -106,14 +106,21 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
     assert "delayed %" in point.row()
 
 
+def perf_analyzer_segments():
+    # /dev/shm less what the servers and locks of tests running beside this one make
+    # (pytest-xdist): each embedded server's regions carry its prefix.
+    return [name for name in production.shm_segments("")
+            if not name.startswith(("tritonbook-server-", "sem."))]
+
+
 def test_system_shared_memory_leaves_nothing_behind(paced_server):
-    before = production.shm_segments("")
+    before = perf_analyzer_segments()
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[2],
                       shared_memory="system", window_requests=20,
                       attempts=SETTLE_ATTEMPTS)
     assert point.stable and point.infer_per_s <= perf.capacity(point, 1) * 1.05
     assert paced_server.http().get_system_shared_memory_status() == []
-    assert production.shm_segments("") == before
+    assert perf_analyzer_segments() == before
 
 
 def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
@@ -253,16 +260,24 @@ def test_layouts_table_counts_threads_per_core_and_each_layouts_utilisation():
     assert list(table.columns[:3]) == ["instances", "threads each", "threads / cores"]
 
 
-def test_knee_reads_the_first_rate_where_the_tail_doubles_or_the_queue_grows():
+def test_the_knee_is_the_lowest_rate_from_which_every_higher_rate_is_over_the_line():
     def level(rate, p95, stable=True):
         return perf.Point("m", "request rate", rate, stable, p95=p95)
     assert perf.knee([level(100, 2.0), level(200, 3.0), level(300, 5.0)]) == (
-        "p95 over twice the lowest rate's at 300/s")
+        "knee at 300/s: p95 over twice the lowest rate's there and at every higher rate")
     assert perf.knee([level(100, 2.0), level(200, 3.0)]) == "no knee up to 200 requests/s"
+    # A queue that grows never settles: that is over the line too.
     assert perf.knee([level(100, 2.0), level(200, 3.0, False), level(300, 9.0, False)]) == (
-        "latency never settled from 200/s on")
-    assert perf.knee([level(100, 2.0), level(200, 3.0, False), level(300, 3.0)]).startswith(
-        "no knee drawn: 200/s never settled")
+        "knee at 200/s: latency never settled there and at every higher rate")
+    # One noisy level below a level under the line is named, and not taken for the knee.
+    assert perf.knee([level(100, 2.0), level(200, 5.0), level(300, 3.0),
+                      level(400, 6.0)]) == (
+        "knee at 400/s: p95 over twice the lowest rate's there and at every higher rate"
+        " (200/s over the line, a higher rate under it: noise)")
+    assert perf.knee([level(100, 2.0), level(200, 3.0, False), level(300, 3.0)]) == (
+        "no knee up to 300 requests/s (200/s over the line, a higher rate under it: noise)")
+    # Read in order of rate, whatever order the levels come in.
+    assert perf.knee([level(300, 5.0), level(100, 2.0)]).startswith("knee at 300/s")
     assert perf.knee([level(100, 2.0, False)]).startswith("no knee drawn: the lowest")
     with pytest.raises(ValueError):
         perf.knee([])
@@ -328,3 +343,15 @@ def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_serv
     assert point.stable and point.exec_ms == pytest.approx(PACE_MS, rel=0.25)
     assert point.exec_inferences > 2
     assert point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
+
+
+def test_saturation_is_the_most_throughput_and_the_fewest_in_flight_near_it():
+    def level(in_flight, rate, stable=True):
+        return perf.Point("m", "concurrency", in_flight, stable, infer_per_s=rate)
+    sweep = [level(1, 100.0), level(2, 180.0), level(4, 290.0), level(8, 300.0),
+             level(16, 310.0, False), level(32, 295.0)]
+    top, first = perf.saturation(sweep)
+    assert (top.load, first.load) == (8, 4)  # 290 is within 10 % of 300; 16 never settled
+    assert perf.saturation(sweep, within=0.01)[1].load == 8
+    with pytest.raises(ValueError):
+        perf.saturation([level(1, 100.0, False)])

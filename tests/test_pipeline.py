@@ -9,6 +9,7 @@ from tritonclient.utils import InferenceServerException
 
 from conftest import wait_until_ready
 from tritonbook import pipeline, repository
+from tritonbook.server import TritonServerError
 from tritonbook.client import infer, server_answer
 from tritonbook.images import ASSETS, load_face
 
@@ -195,3 +196,41 @@ def test_a_failing_network_is_an_error_answer(triton, pictures, model):
             triton.unload(name)
             triton.load(name)
     infer(triton, model, {"PIXELS": pictures[1]}, OUTPUTS, "grpc")  # serves again
+
+
+def test_use_threads_sizes_this_process_pools_from_the_config():
+    import torch
+
+    def args(value):
+        parameters = {} if value is None else {"THREADS": {"string_value": value}}
+        return {"model_config": json.dumps({"parameters": parameters})}
+
+    cv2_before, torch_before = cv2.getNumThreads(), torch.get_num_threads()
+    try:
+        assert pipeline.use_threads(args(None)) is None
+        assert cv2.getNumThreads() == cv2_before  # the libraries' defaults kept
+        assert pipeline.use_threads(args("1")) == 1
+        assert cv2.getNumThreads() == 1 and torch.get_num_threads() == 1
+        with pytest.raises(ValueError, match="THREADS must be 1 or more, not '0'"):
+            pipeline.use_threads(args("0"))
+    finally:
+        cv2.setNumThreads(cv2_before)
+        torch.set_num_threads(torch_before)
+
+
+def test_instances_with_threads_serve_the_same_answer(triton, pictures, reference):
+    model = "face_restore_python"
+    config = repository.config_with_instances(repository.read_config(model), 2, threads=1)
+    assert config["parameters"]["THREADS"] == {"string_value": "1"}
+    assert repository.read_config(model).get("parameters", {}).get("THREADS") is None
+    try:
+        triton.load(model, config)
+        got = infer(triton, model, {"PIXELS": pictures[1]}, OUTPUTS, "grpc")
+        assert got["SUMMARY"][0].decode() == reference[1][2]
+        assert np.abs(got["RESTORED"].astype(int) - reference[1][0].astype(int)).max() <= 1
+        # A bad value stops the load with the model's own words.
+        bad = repository.config_with_instances(config, 1, threads=0)
+        with pytest.raises(TritonServerError, match="THREADS must be 1 or more, not '0'"):
+            triton.load(model, bad)
+    finally:
+        triton.load(model)

@@ -63,7 +63,8 @@ import numpy as np
 from tritonbook import profile
 
 __all__ = ["Point", "RateSearch", "PerfAnalyzerError", "highest_rate", "binary", "install", "missing_libraries", "run", "table",
-           "plot_latency_throughput", "capacity", "series_table", "layouts_table", "knee"]
+           "plot_latency_throughput", "capacity", "series_table", "layouts_table", "knee",
+           "saturation"]
 
 # The wheel that carries perf_analyzer for the embedded server's release (r24.10).
 WHEEL = "tritonclient==2.51.0"
@@ -148,6 +149,11 @@ class Point:
     compute_infer: float = math.nan
     compute_output: float = math.nan
     overhead: float = math.nan
+    # perf_analyzer's own side, the mean per request over the same windows: building and
+    # sending the request, and reading the answer. The rest of the client's latency
+    # beyond the server's time is the socket and the wait for the answer.
+    client_send: float = math.nan
+    client_recv: float = math.nan
     executions: int = 0
     inferences: int = 0
     server_requests: int = 0  # the requests those executions carried
@@ -244,6 +250,7 @@ def _point(stdout: str, row: dict, model: str, mode: str, load: float,
         compute_infer=ms("Server Compute Infer"),
         compute_output=ms("Server Compute Output"),
         overhead=int(overhead.group(1)) / 1e3 if overhead else math.nan,
+        client_send=ms("Client Send"), client_recv=ms("Client Recv"),
         inferences=int(server.group(1)) if server else 0,
         executions=int(server.group(2)) if server else 0,
         server_requests=int(success.group(1)) if success else 0,
@@ -584,23 +591,44 @@ def layouts_table(layouts: dict[tuple[int, int], Point], cores: int):
 
 
 def knee(points: Sequence[Point]) -> str:
-    """Where latency turns up along a request-rate sweep, in words: the first offered
-    rate whose p95 is over twice the lowest rate's, or from which the levels never
-    settled again (a queue that grows). A level that did not settle below one that did
-    is noise, not a knee: then no knee is drawn."""
+    """Where latency turns up along a request-rate sweep, in words.
+
+    A level is over the line when its p95 is more than twice the lowest rate's, or when
+    it never settled (a queue that keeps growing does not settle). The knee is the lowest
+    rate from which every higher rate is over the line. A level over the line below one
+    under it is one noisy level, not a knee: it is named, and the sweep's knee is read
+    above it. Where the highest rate is under the line there is no knee in the sweep."""
     if not points:
         raise ValueError("no levels to read a knee from")
+    points = sorted(points, key=lambda point: point.load)
     if not points[0].stable:
         return "no knee drawn: the lowest rate never settled"
     base = points[0].p95
-    for index, point in enumerate(points):
-        if not point.stable:
-            if any(p.stable for p in points[index:]):
-                return f"no knee drawn: {point.load:g}/s never settled, a higher rate did"
-            return f"latency never settled from {point.load:g}/s on"
-        if point.p95 > 2 * base:
-            return f"p95 over twice the lowest rate's at {point.load:g}/s"
-    return f"no knee up to {points[-1].load:g} requests/s"
+    over = [not point.stable or point.p95 > 2 * base for point in points]
+    first = len(over)
+    while first > 0 and over[first - 1]:
+        first -= 1
+    noisy = [f"{point.load:g}/s" for point, o in zip(points[:first], over) if o]
+    aside = f" ({', '.join(noisy)} over the line, a higher rate under it: noise)" if noisy else ""
+    if first == len(points):
+        return f"no knee up to {points[-1].load:g} requests/s{aside}"
+    at = points[first]
+    why = "p95 over twice the lowest rate's" if at.stable else "latency never settled"
+    return f"knee at {at.load:g}/s: {why} there and at every higher rate{aside}"
+
+
+def saturation(points: Sequence[Point], within: float = 0.1) -> tuple[Point, Point]:
+    """Along a closed-loop sweep (requests in flight): the settled level with the most
+    throughput, the sweep's measured capacity, and the fewest in flight whose throughput
+    comes within ``within`` (a fraction) of it. Past that level more requests in flight
+    add little throughput and mostly queue: by Little's law the mean latency then grows
+    in proportion to what is in flight."""
+    settled = sorted((p for p in points if p.stable), key=lambda p: p.load)
+    if not settled:
+        raise ValueError("no settled level to read a capacity from")
+    top = max(settled, key=lambda p: p.infer_per_s)
+    first = next(p for p in settled if p.infer_per_s >= (1 - within) * top.infer_per_s)
+    return top, first
 
 
 def plot_settings(table, title: str, tail: str = "p95 ms"):

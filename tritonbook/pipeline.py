@@ -221,6 +221,26 @@ def parameter(args: dict, key: str, default: str) -> str:
     return parameters.get(key, {}).get("string_value", default) or default
 
 
+def use_threads(args: dict) -> int | None:
+    """Size this process's thread pools from the THREADS parameter: OpenCV's, and
+    torch's intra-op pool where the step runs a network in-process. Each instance of a
+    python model is a process of its own whose pools default to one thread per core, so
+    N instances on N cores would run N x N threads; chapter 6 gives each instance
+    cores / N. Without the parameter the libraries keep their defaults (None)."""
+    import sys
+
+    value = parameter(args, "THREADS", "")
+    if not value:
+        return None
+    threads = int(value)
+    if threads < 1:
+        raise ValueError(f"THREADS must be 1 or more, not {value!r}")
+    cv2.setNumThreads(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    return threads
+
+
 def text_tensor(pb_utils, name: str, text: str):
     """A TYPE_STRING tensor of shape [1]."""
     return pb_utils.Tensor(name, np.array([text.encode()], dtype=np.object_))

@@ -550,10 +550,17 @@ def config_with_network(model: str, network: str) -> dict:
     return config
 
 
-def config_with_instances(config: dict, count: int) -> dict:
+def config_with_instances(config: dict, count: int, threads: int | None = None) -> dict:
     """``config`` with ``count`` instances in its first instance group. Only the count
-    changes: the kind, and so the device, stay those of the config."""
-    return dict(config, instance_group=[dict(config["instance_group"][0], count=count)])
+    changes: the kind, and so the device, stay those of the config. ``threads``: each
+    instance's thread pools, as the ``THREADS`` parameter that chapter 6's python
+    models read (``pipeline.use_threads``)."""
+    changed = dict(config, instance_group=[dict(config["instance_group"][0], count=count)])
+    if threads is not None:
+        parameters = dict(config.get("parameters", {}))
+        parameters["THREADS"] = {"string_value": str(threads)}
+        changed["parameters"] = parameters
+    return changed
 
 
 def _int64_as_numbers(data: dict, descriptor) -> None:

@@ -12,6 +12,7 @@ from tritonbook import pipeline
 
 class TritonPythonModel:
     def initialize(self, args):
+        pipeline.use_threads(args)  # THREADS, where the config sets it
         self.detector = pipeline.FaceDetector()
         self.size = pipeline.face_size(args)
 

@@ -10,6 +10,9 @@ from tritonbook import pipeline
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        pipeline.use_threads(args)  # THREADS, where the config sets it
+
     def execute(self, requests):
         responses = []
         for request in requests:

@@ -25,6 +25,7 @@ class StepError(Exception):
 
 class TritonPythonModel:
     def initialize(self, args):
+        pipeline.use_threads(args)  # THREADS, where the config sets it
         # Which model restores: "gfpgan", or another with the same
         # tensors (chapter 6 switches to face_passthrough to measure the
         # orchestration alone).

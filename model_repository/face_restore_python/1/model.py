@@ -16,6 +16,7 @@ from tritonbook.instance import instance_device
 
 class TritonPythonModel:
     def initialize(self, args):
+        pipeline.use_threads(args)  # THREADS, where the config sets it
         self.detector = pipeline.FaceDetector()
         self.size = pipeline.face_size(args)
         # The TorchScript file of the model named by NETWORK, from the same repository.
