@@ -226,7 +226,9 @@ def use_threads(args: dict) -> int | None:
     torch's intra-op pool where the step runs a network in-process. Each instance of a
     python model is a process of its own whose pools default to one thread per core, so
     N instances on N cores would run N x N threads; chapter 6 gives each instance
-    cores / N. Without the parameter the libraries keep their defaults (None)."""
+    cores / N. Without the parameter the libraries keep their defaults (None). torch's
+    pool is sized only if torch is imported already: call this after the model's
+    imports, at the start of ``initialize``."""
     import sys
 
     value = parameter(args, "THREADS", "")
