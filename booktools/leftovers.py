@@ -49,11 +49,12 @@ def shm_entries() -> set[str]:
         return set()
 
 
-def mapped_inodes() -> set[int]:
-    """Inodes of the /dev/shm files some live process maps (a named semaphore is mapped
-    under the temporary name it was made with, so names would not do)."""
+def mapped_inodes(pid: int | None = None) -> set[int]:
+    """Inodes of the /dev/shm files some live process maps, or process ``pid`` maps (a
+    named semaphore is mapped under the temporary name it was made with, so names would
+    not do)."""
     inodes = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
+    for maps in Path("/proc").glob(f"{pid if pid is not None else '[0-9]*'}/maps"):
         try:
             lines = maps.read_text().splitlines()
         except OSError:
@@ -63,6 +64,27 @@ def mapped_inodes() -> set[int]:
             if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
                 inodes.add(int(fields[4]))
     return inodes
+
+
+def unmapped_after(names: set[str] | list[str], wait_s: float = 5.0) -> list[str]:
+    """Of the /dev/shm entries ``names``, those that no live process maps now and that are
+    still there, still unmapped, ``wait_s`` later: left behind. One whose process has
+    just ended gets ``wait_s`` to be unlinked by its owner (a resource tracker, a
+    server of a test running beside the caller); one in use is mapped."""
+    def unmapped(candidates) -> set[str]:
+        inodes, found = mapped_inodes(), set()
+        for name in candidates:
+            try:
+                if (SHM / name).stat().st_ino not in inodes:
+                    found.add(name)
+            except FileNotFoundError:
+                pass
+        return found
+
+    first = unmapped(names)
+    if first:
+        time.sleep(wait_s)
+    return sorted(unmapped(first))
 
 
 def orphaned(parents: dict[int, int], pids_before: set[int]) -> list[int]:

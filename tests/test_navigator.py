@@ -99,47 +99,25 @@ RUN = """
 import json, os, sys, time
 from pathlib import Path
 import torch
+from booktools.leftovers import mapped_inodes, unmapped_after
 from tritonbook import navigator
 
 def semaphores():
     return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
 
-def mappers(name):
-    # The processes that have the lock mapped; None once it is gone (a fork-method lock
-    # is unlinked as soon as it is made).
-    try:
-        inode = str(os.stat("/dev/shm/" + name).st_ino)
-    except FileNotFoundError:
-        return None
-    found = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            lines = maps.read_text().splitlines()
-        except OSError:
-            continue
-        if any(line.split(None, 5)[4:5] == [inode] and "/dev/shm/" in line
-               for line in lines):
-            found.add(maps.parent.name)
-    return found
-
 def left_behind(names):
-    # Ours: still mapped by this process. Mapped by no process: a lock whose process has
-    # ended. A test running beside this one (pytest-xdist) has its ended processes' locks
-    # unlinked by its resource tracker within moments; one of ours stays until this
-    # interpreter exits, so an unmapped lock counts only if it is still there later.
-    own = str(os.getpid())
-    left, unmapped = set(), set()
+    # Ours: still mapped by this process (a lock the navigator's run left open). Mapped
+    # by no process, and still there moments later: a lock whose process has ended and
+    # nobody unlinked (a test running beside this one has its ended processes' locks
+    # unlinked by its resource tracker within moments).
+    ours = mapped_inodes(os.getpid())
+    left = set(unmapped_after(names))
     for name in names:
-        held = mappers(name)
-        if held is None:
-            continue
-        if own in held:
-            left.add(name)
-        elif not held:
-            unmapped.add(name)
-    if unmapped:
-        time.sleep(5)
-        left |= {name for name in unmapped if mappers(name) == set()}
+        try:
+            if os.stat("/dev/shm/" + name).st_ino in ours:
+                left.add(name)
+        except FileNotFoundError:
+            pass
     return sorted(left)
 
 before = semaphores()

@@ -3,11 +3,17 @@ book's own load generator held to it."""
 
 import contextlib
 import dataclasses
+import os
+import signal
+import threading
+import time
 
 import numpy as np
+import psutil
 import pytest
 from conftest import PACE_MS, PACED_CONFIG, PACED_MODEL, write_model
 
+from booktools.leftovers import unmapped_after
 from tritonbook import capacity, loadgen, perf, production
 
 # They measure load: a test beside them on the same two cores would move their numbers.
@@ -106,21 +112,16 @@ def test_request_rate_runs_with_poisson_arrivals(paced_server):
     assert "delayed %" in point.row()
 
 
-def perf_analyzer_segments():
-    # /dev/shm less what the servers and locks of tests running beside this one make
-    # (pytest-xdist): each embedded server's regions carry its prefix.
-    return [name for name in production.shm_segments("")
-            if not name.startswith(("tritonbook-server-", "sem."))]
-
-
 def test_system_shared_memory_leaves_nothing_behind(paced_server):
-    before = perf_analyzer_segments()
+    before = set(production.shm_segments(""))
     point, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[2],
                       shared_memory="system", window_requests=20,
                       attempts=SETTLE_ATTEMPTS)
     assert point.stable and point.infer_per_s <= perf.capacity(point, 1) * 1.05
     assert paced_server.http().get_system_shared_memory_status() == []
-    assert perf_analyzer_segments() == before
+    # What a test running beside this one has in use is mapped; what it has just
+    # finished with is gone within moments: neither counts.
+    assert unmapped_after(set(production.shm_segments("")) - before) == []
 
 
 def test_an_unstable_level_says_so_instead_of_a_number(paced_server):
@@ -340,7 +341,10 @@ def test_capacity_of_a_batched_level_is_what_the_instance_can_compute(paced_serv
     finally:
         paced_server.unload("paced")
         paced_server.load("paced")
-    assert point.stable and point.exec_ms == pytest.approx(PACE_MS, rel=0.25)
+    # An execution cannot take less than its sleep; on two busy cores the stub's own
+    # work can add a quarter or more (CI saw 25 ms). Either way it is one execution's
+    # time, whatever the requests waited besides.
+    assert point.stable and PACE_MS * 0.98 <= point.exec_ms <= PACE_MS * 1.6
     assert point.exec_inferences > 2
     assert point.infer_per_s <= perf.capacity(point, instances=1) * 1.05
 
@@ -355,3 +359,29 @@ def test_saturation_is_the_most_throughput_and_the_fewest_in_flight_near_it():
     assert perf.saturation(sweep, within=0.01)[1].load == 8
     with pytest.raises(ValueError):
         perf.saturation([level(1, 100.0, False)])
+
+
+def test_a_server_that_stops_answering_ends_the_run_with_its_log(paced_server, monkeypatch):
+    # A stopped process answers nothing, as a server caught in its crash handler does:
+    # perf_analyzer would wait for it until its timeout. The run asks the server's
+    # health every WATCH_S and gives up after SILENT_ASKS unanswered asks.
+    monkeypatch.setattr(perf, "WATCH_S", 1.0)
+    monkeypatch.setattr(perf, "SILENT_ASKS", 2)
+    started = time.monotonic()
+    # Stopped two seconds in, while perf_analyzer measures (0 % stability: it would go
+    # on for 100 windows).
+    stop = threading.Timer(2.0, os.kill, (paced_server.pid, signal.SIGSTOP))
+    stop.start()
+    try:
+        with pytest.raises(perf.PerfAnalyzerError, match="stopped answering") as raised:
+            perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1, concurrency=[2],
+                     window_s=0.5, stability=0, max_trials=100)
+    finally:
+        stop.cancel()
+        stop.join()
+        os.kill(paced_server.pid, signal.SIGCONT)
+    assert time.monotonic() - started < 30
+    assert "--- server log (last lines) ---" in str(raised.value)
+    assert not [p for p in psutil.process_iter(["name"]) if p.info["name"] == "perf_analyzer"
+                and p.ppid() == os.getpid()]
+    assert paced_server.is_live()  # it answers again once it runs

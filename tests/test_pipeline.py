@@ -213,6 +213,8 @@ def test_use_threads_sizes_this_process_pools_from_the_config():
         assert cv2.getNumThreads() == 1 and torch.get_num_threads() == 1
         with pytest.raises(ValueError, match="THREADS must be 1 or more, not '0'"):
             pipeline.use_threads(args("0"))
+        with pytest.raises(ValueError, match="THREADS: failed to convert 'two' to integral"):
+            pipeline.use_threads(args("two"))
     finally:
         cv2.setNumThreads(cv2_before)
         torch.set_num_threads(torch_before)

@@ -286,3 +286,33 @@ def test_a_model_serves_the_module_of_its_packed_environment(tmp_path):
     left = [folder for folder in set(Path("/tmp").glob("python_env_*")) - before
             if list(folder.glob("*/lib/python*/site-packages/twice.py"))]
     assert not left, left
+
+
+@pytest.mark.serial  # it measures: a test beside it would move its numbers
+def test_standin_share_sets_served_compute_beside_the_same_file_in_process(scratch_server):
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.trace(production.small_cnn(), torch.rand(1, 3, 16, 16)), buffer)
+    dims = {"data_type": "TYPE_FP32", "dims": [3, -1, -1]}
+    config = {"name": "share_cnn", "platform": "pytorch_libtorch", "max_batch_size": 4,
+              "input": [{"name": "input__0", **dims}],
+              "output": [{"name": "output__0", **dims}],
+              "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
+    scratch_server.load("share_cnn", config, files={"file:1/model.pt": buffer.getvalue()})
+    try:
+        tile = {"input__0": np.random.default_rng(0).random((1, 3, 16, 16), np.float32)}
+        share = production.standin_share(scratch_server, "share_cnn", tile,
+                                         buffer.getvalue(), batches=(1, 4), repeats=20)
+    finally:
+        scratch_server.unload("share_cnn")
+    assert list(share.index) == [1, 4]
+    served, alone = share["served, ms per execution"], share["network alone, mean ms"]
+    assert (served > 0).all() and (alone > 0).all()
+    assert share["added by serving, ms"].tolist() == pytest.approx((served - alone).tolist())
+    assert share["added, % of execution"].tolist() == pytest.approx(
+        (100 * (served - alone) / served).tolist())
+    # Four tiles cost the network more than one, in process and served.
+    assert alone[4] > alone[1] and served[4] > served[1]

@@ -53,6 +53,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -286,6 +287,42 @@ EMPTY_WINDOW = ("failed to find the requested model version",
 LONGEST_WINDOW_MS = 60_000
 
 
+# How often a running perf_analyzer's server is asked whether it is alive, and how many
+# unanswered asks in a row mean it is not.
+WATCH_S = 5.0
+SILENT_ASKS = 3
+
+
+def _watched(arguments: list[str], triton, timeout: float, what: str):
+    """Run perf_analyzer, asking the server every WATCH_S whether it is alive. A server
+    that crashed, or hangs in its crash handler, would hold perf_analyzer until
+    ``timeout``: after SILENT_ASKS unanswered asks it is stopped and the error carries
+    the server's log (an embedded server's)."""
+    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=_environment())
+    deadline = time.monotonic() + timeout
+    silent = 0
+    try:
+        while True:
+            try:
+                stdout, stderr = process.communicate(timeout=WATCH_S)
+                return subprocess.CompletedProcess(arguments, process.returncode,
+                                                   stdout, stderr)
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                raise PerfAnalyzerError(f"perf_analyzer ran past {timeout:g} s on {what}")
+            silent = 0 if triton.is_live() else silent + 1
+            if silent >= SILENT_ASKS:
+                raise PerfAnalyzerError(triton._explain(
+                    f"the server stopped answering while perf_analyzer measured {what}: "
+                    f"its health endpoint did not answer {SILENT_ASKS} times in a row"))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 def run(triton, model: str, inputs: dict[str, np.ndarray], *,
         concurrency: Sequence[int] = (), request_rate: Sequence[float] = (),
         protocol: str = "grpc", batch: int | None = None, window_requests: int | None = None,
@@ -374,13 +411,8 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             while True:
                 before = _totals(triton, model)
                 arguments = [*head, *windows(window_ms), *tail, *load]
-                try:
-                    done = subprocess.run([*arguments, "-f", str(report)],
-                                          capture_output=True, text=True, timeout=timeout,
-                                          env=_environment())
-                except subprocess.TimeoutExpired:
-                    raise PerfAnalyzerError(f"perf_analyzer ran past {timeout:g} s on {model} "
-                                            f"at {mode} {level}") from None
+                done = _watched([*arguments, "-f", str(report)], triton, timeout,
+                                f"{model} at {mode} {level}")
                 said = done.stdout + done.stderr
                 # A time window shorter than an answer can hold none; perf_analyzer then
                 # stops and asks for a larger window, which it gets, doubled each time.
@@ -391,9 +423,11 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
             unstable = "Failed to obtain stable measurement" in said
             if done.returncode != 0 and not unstable:
                 said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-                raise PerfAnalyzerError(
-                    f"perf_analyzer failed on {model} at {mode} {level}: "
-                    + "; ".join(said[-3:]))
+                message = (f"perf_analyzer failed on {model} at {mode} {level}: "
+                           + "; ".join(said[-3:]))
+                if not triton.is_live():
+                    message = triton._explain(message + " (and the server no longer answers)")
+                raise PerfAnalyzerError(message)
             # As a reader re-runs it: the inputs in a folder named inputs/.
             shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(
                 str(data), "inputs")
@@ -491,18 +525,16 @@ def highest_rate(triton, model: str, inputs: dict[str, np.ndarray], *, low: floa
             "--latency-threshold", f"{objective_ms:g}", "--percentile", str(percentile),
             "--request-distribution", "poisson", "--async"]
         report = folder / "levels.csv"
-        try:
-            done = subprocess.run([*arguments, "-f", str(report)], capture_output=True,
-                                  text=True, timeout=timeout, env=_environment())
-        except subprocess.TimeoutExpired:
-            raise PerfAnalyzerError(f"perf_analyzer's search ran past {timeout:g} s "
-                                    f"on {model}") from None
+        done = _watched([*arguments, "-f", str(report)], triton, timeout,
+                        f"{model} (the rate search)")
         said = done.stdout + done.stderr
         shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(str(data), "inputs")
         if done.returncode != 0 and "Failed to obtain stable measurement" not in said:
             lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            raise PerfAnalyzerError(f"perf_analyzer's search failed on {model}: "
-                                    + "; ".join(lines[-3:]))
+            message = f"perf_analyzer's search failed on {model}: " + "; ".join(lines[-3:])
+            if not triton.is_live():
+                message = triton._explain(message + " (and the server no longer answers)")
+            raise PerfAnalyzerError(message)
         rows = {}
         if report.exists():
             with open(report, newline="") as handle:
@@ -535,6 +567,9 @@ def _totals(triton, model: str) -> dict[str, int] | None:
         return server_totals(triton, model)
     except InferenceServerException:
         return None
+    except OSError as error:  # a timeout or a refused connection: the server is gone
+        raise PerfAnalyzerError(triton._explain(
+            f"the server did not answer for {model}'s statistics ({error!r})")) from None
 
 
 def capacity(point: Point, instances: int) -> float:

@@ -231,10 +231,15 @@ def use_threads(args: dict) -> int | None:
     imports, at the start of ``initialize``."""
     import sys
 
+    from tritonbook.standins.common import integer
+
     value = parameter(args, "THREADS", "")
-    if not value:
+    try:
+        threads = integer(value)
+    except ValueError as error:
+        raise ValueError(f"THREADS: {error}") from None
+    if threads is None:
         return None
-    threads = int(value)
     if threads < 1:
         raise ValueError(f"THREADS must be 1 or more, not {value!r}")
     cv2.setNumThreads(threads)

@@ -22,6 +22,7 @@ from tritonbook.server import SHM_PREFIX
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
            "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "gpu_run_half", "small_cnn", "small_cnn_onnx",
+           "standin_share",
            "stub_shm", "stub_python", "wait_counted"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
@@ -372,6 +373,53 @@ def small_cnn():
         torch.nn.ReLU(),
         torch.nn.Conv2d(16, 3, 3, padding=1),
     ).eval()
+
+
+def standin_share(triton, model: str, inputs: dict, torchscript: bytes,
+                  batches: Sequence[int] = (1, 8), repeats: int = 200):
+    """What serving adds to an execution of ``model``, at each batch in ``batches``.
+
+    The server's compute time per execution (perf_analyzer, one request of ``batch``
+    rows in flight, so that nothing competes for the cores) against ``repeats`` calls of
+    the same TorchScript file (``torchscript``, the bytes the server loaded) in this
+    process, on the device the model's first instance group names. Mean against mean:
+    the server reports a mean per execution. ``inputs``: one row per input, as
+    ``perf.run`` takes them; the file is called with the first. A pandas table, one
+    row per batch."""
+    import io
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from tritonbook import perf
+    from tritonbook.measure import time_call
+
+    kind = triton.http().get_model_config(model)["instance_group"][0]["kind"]
+    device = "cuda" if kind == "KIND_GPU" else "cpu"
+    same_file = torch.jit.load(io.BytesIO(torchscript), map_location=device).eval()
+    first = next(iter(inputs.values()))
+    rows = []
+    for batch in batches:
+        served, = perf.run(triton, model, inputs, batch=batch, concurrency=[1],
+                           window_s=0.5, stability=20, percentile=None, max_trials=20,
+                           attempts=3)
+        if not served.stable:
+            raise perf.PerfAnalyzerError(f"{model} at batch {batch} did not settle")
+        x = torch.from_numpy(first).repeat(batch, *[1] * (first.ndim - 1)).to(device)
+        with torch.inference_mode():
+            alone = time_call(lambda x=x: same_file(x), f"batch {batch}", repeats=repeats)
+        execution = served.execution_ms()
+        forward = float(np.mean(alone.seconds)) * 1e3
+        rows.append({
+            "batch": batch,
+            "served, ms per execution": execution,
+            "network alone, mean ms": forward,
+            "q1-q3 alone, ms": "-".join(f"{q * 1e3:.2f}" for q in alone.quartiles),
+            "added by serving, ms": execution - forward,
+            "added, % of execution": 100 * (1 - forward / execution),
+        })
+    return pd.DataFrame(rows).set_index("batch")
 
 
 def small_cnn_onnx(net) -> bytes:

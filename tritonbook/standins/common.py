@@ -121,13 +121,18 @@ class StandinConfig:
         raise ValueError(f"failed to convert '{value}' to boolean")
 
     def integer(self, key: str) -> int | None:
-        value = self.parameters.get(key)
-        if value is None or value == "":
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"failed to convert '{value}' to integral number") from None
+        return integer(self.parameters.get(key))
+
+
+def integer(value: str | None) -> int | None:
+    """A config parameter as an integer; None when it is unset or empty. The error says
+    what Triton's own backends say of a parameter that is not a number."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"failed to convert '{value}' to integral number") from None
 
 
 def gather_inputs(pb_utils, requests, config: StandinConfig):
