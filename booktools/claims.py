@@ -70,10 +70,11 @@ def claims(notebook: dict) -> list[Claim]:
     return found
 
 
-def printed_lines(notebook: dict) -> list[str]:
-    """Every line the notebook's code cells printed (stream outputs), stripped."""
+def printed_lines(notebook: dict, before: int | None = None) -> list[str]:
+    """Every line the notebook's code cells printed (stream outputs), stripped; with
+    ``before``, only those of the cells above that index."""
     lines = []
-    for cell in notebook["cells"]:
+    for cell in notebook["cells"][:before]:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream":
                 lines += [line.strip() for line in "".join(output["text"]).splitlines()]
@@ -131,11 +132,15 @@ def problems(path: Path, entries: list[dict] | None = None) -> list[str]:
     from booktools import record
 
     notebook = json.loads(Path(path).read_text())
-    lines = printed_lines(notebook)
+    everything = printed_lines(notebook)
     entries = record.read() if entries is None else entries
     found = []
     for claim in claims(notebook):
         as_printed = Claim(claim.label, claim.op, claim.value.removesuffix(HISTORY_MARK), claim.cell)
+        # The result the prose speaks of is printed above it; a later cell may print a
+        # line of the same label from elsewhere (the GPU record's verdicts).
+        above = printed_lines(notebook, before=claim.cell)
+        lines = above if any(line.startswith(claim.label + ":") for line in above) else everything
         if claim.value != "varies" and (problem := check(as_printed, lines)):
             found.append(problem)
         elif problem := check_record(claim, notebook, entries):

@@ -50,6 +50,27 @@ def test_the_claims_are_read_and_checked():
     assert "not enough runs" in results[1] and "no printed line" in results[3]
 
 
+def test_a_claim_reads_the_line_printed_above_it(tmp_path):
+    # The prose speaks of the result above it; a later cell printing the same label
+    # (chapter 7's GPU record) does not count, and a claim with no such line above it
+    # reads the whole notebook.
+    def printed(text):
+        return nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(
+            "stream", name="stdout", text=text)])
+
+    cells = [printed("fixed / small: 0.04\n"),
+             nbformat.v4.new_markdown_cell("<!-- claim: fixed / small < 0.1 -->\n"
+                                           "<!-- claim: later / one < 0.1 -->"),
+             printed("fixed / small: 0.5\nlater / one: 0.05\n")]
+    path = tmp_path / "claims.ipynb"
+    path.write_text(nbformat.writes(nbformat.v4.new_notebook(cells=cells)))
+    assert claims.problems(path, entries=[]) == []
+    cells[0] = printed("fixed / small: 0.5\n")
+    path.write_text(nbformat.writes(nbformat.v4.new_notebook(cells=cells)))
+    assert claims.problems(path, entries=[]) == [
+        "cell 1: fixed / small < 0.1: the run printed 'fixed / small: 0.5'"]
+
+
 def test_a_run_records_its_provenance(tmp_path, monkeypatch):
     path = tmp_path / "tiny.ipynb"
     source = "from tritonbook.profile import rounds\nprint(rounds(5))"
