@@ -72,7 +72,74 @@ def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottlenec
                                concurrency=concurrency, window=0.2,
                                expected={"OUTPUT__0": X})
         assert ours.stable and tool.stable
-        assert ours.throughput == pytest.approx(tool.infer_per_s, rel=0.10), concurrency
+        # Within 5 %: the GPU record's throughputs still come from loadgen (three runs
+        # here gave 0.97 to 1.00 of perf_analyzer's).
+        assert ours.throughput == pytest.approx(tool.infer_per_s, rel=0.05), concurrency
+
+
+def test_a_batched_level_sends_the_batch_asked_for(paced_server):
+    rows = np.arange(16, dtype=np.float32).reshape(4, 4)
+    point, = perf.run(paced_server, "paced", {"INPUT__0": rows}, batch=4,
+                      concurrency=[1], window_s=0.5, attempts=SETTLE_ATTEMPTS)
+    assert point.stable
+    assert point.inferences == 4 * point.server_requests == 4 * point.executions
+
+
+# Two optional inputs, as chapter 6's pipelines take PIXELS or ENCODED: perf_analyzer
+# must send the one it is given and leave the other out.
+EITHER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "PIXELS", data_type: TYPE_UINT8, dims: [ -1, -1, 3 ], optional: true },
+  { name: "ENCODED", data_type: TYPE_STRING, dims: [ 1 ], optional: true }
+]
+output [ { name: "SHAPE", data_type: TYPE_INT64, dims: [ 3 ] } ]
+"""
+EITHER_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            pixels = pb_utils.get_input_tensor_by_name(request, "PIXELS")
+            encoded = pb_utils.get_input_tensor_by_name(request, "ENCODED")
+            if pixels is None or encoded is not None:
+                error = pb_utils.TritonError("send PIXELS alone")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            if pixels.as_numpy().shape != (48, 64, 3):
+                error = pb_utils.TritonError("not the test's picture")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            shape = np.array(pixels.as_numpy().shape, dtype=np.int64)
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("SHAPE", shape)]))
+        return responses
+"""
+
+
+def test_an_optional_input_left_out_is_not_sent(scratch_repository, scratch_server):
+    write_model(scratch_repository, "either", EITHER_CONFIG, {"1/model.py": EITHER_MODEL})
+    scratch_server.load("either")
+    try:
+        picture = np.zeros((48, 64, 3), dtype=np.uint8)
+        # What is sent matters here, not how steady it is: a wide stability.
+        point, = perf.run(scratch_server, "either", {"PIXELS": picture},
+                          concurrency=[1], window_s=0.25, stability=50,
+                          attempts=SETTLE_ATTEMPTS)
+        # The model refuses any other picture, and perf_analyzer stops on an error.
+        with pytest.raises(perf.PerfAnalyzerError, match="not the test's picture"):
+            perf.run(scratch_server, "either", {"PIXELS": picture[:8]},
+                     concurrency=[1], window_s=0.25)
+    finally:
+        scratch_server.unload("either")
+    # The inputs' shapes travel in the JSON file beside their bytes.
+    assert point.stable and point.requests > 0
+    assert "--input-data inputs.json" in point.command and "--shape" not in point.command
 
 
 def test_time_windows_last_as_long_as_asked_and_measure_the_same(paced_server):

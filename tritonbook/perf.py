@@ -44,8 +44,10 @@ conclusion, and every check on them still runs.
 
 from __future__ import annotations
 
+import base64
 import csv
 import dataclasses
+import json
 import math
 import os
 import re
@@ -261,22 +263,24 @@ def _point(stdout: str, row: dict, model: str, mode: str, load: float,
 def _target(model: str, url: str, protocol: str, batch: int | None, data: Path,
             inputs: dict[str, np.ndarray]) -> list[str]:
     """The arguments that say what perf_analyzer sends, and where: the model, the
-    server, the protocol, the batch, and the inputs written to ``data``."""
+    server, the protocol, the batch, and the inputs written to the file ``data``."""
+    _write_inputs(data, inputs, batched=batch is not None)
     return [str(binary()), "-m", model, "-u", url, "-i", protocol, "-b", str(batch or 1),
-            "--input-data", str(data),
-            *_write_inputs(data, inputs, batched=batch is not None)]
+            "--input-data", str(data)]
 
 
-def _write_inputs(folder: Path, inputs: dict[str, np.ndarray], batched: bool) -> list[str]:
-    """Each input's raw bytes in a file named after it (perf_analyzer's --input-data
-    folder), and the --shape arguments that go with them."""
-    arguments = []
+def _write_inputs(path: Path, inputs: dict[str, np.ndarray], batched: bool) -> None:
+    """Each input's raw bytes, base64, with its shape, in perf_analyzer's JSON input
+    file. A JSON file rather than a folder of raw files: from a folder perf_analyzer
+    wants a file for every input, optional ones too (chapter 6's pipelines take
+    ``PIXELS`` or ``ENCODED``); from JSON it sends the inputs it is given."""
+    request = {}
     for name, array in inputs.items():
         array = np.ascontiguousarray(array)
         one = array[0] if batched else array  # perf_analyzer adds the batch itself
-        (folder / name).write_bytes(one.tobytes())
-        arguments += ["--shape", f"{name}:{','.join(map(str, one.shape))}"]
-    return arguments
+        request[name] = {"b64": base64.b64encode(one.tobytes()).decode("ascii"),
+                         "shape": list(one.shape)}
+    path.write_text(json.dumps({"data": [request]}))
 
 
 # What perf_analyzer says when a time window held no answer: with no model version
@@ -321,6 +325,16 @@ def _watched(arguments: list[str], triton, timeout: float, what: str):
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def _failure(triton, done: subprocess.CompletedProcess, what: str) -> PerfAnalyzerError:
+    """The error for a perf_analyzer run that failed: ``what``, its last three lines,
+    and, when the server no longer answers, the server's log (an embedded server's)."""
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    message = f"{what}: " + "; ".join(said[-3:])
+    if not triton.is_live():
+        message = triton._explain(message + " (and the server no longer answers)")
+    return PerfAnalyzerError(message)
 
 
 def run(triton, model: str, inputs: dict[str, np.ndarray], *,
@@ -385,8 +399,7 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
     points = []
     with tempfile.TemporaryDirectory(prefix="tritonbook_perf_") as folder:
         folder = Path(folder)
-        data = folder / "inputs"
-        data.mkdir()
+        data = folder / "inputs.json"
         # The arguments before the window's and after it.
         head = _target(model, url, protocol, batch, data, inputs)
         tail = ["-s", str(stability), "-r", str(max_trials), "--shared-memory", shared_memory]
@@ -422,15 +435,10 @@ def run(triton, model: str, inputs: dict[str, np.ndarray], *,
                 window_ms = min(2 * window_ms, LONGEST_WINDOW_MS)
             unstable = "Failed to obtain stable measurement" in said
             if done.returncode != 0 and not unstable:
-                said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-                message = (f"perf_analyzer failed on {model} at {mode} {level}: "
-                           + "; ".join(said[-3:]))
-                if not triton.is_live():
-                    message = triton._explain(message + " (and the server no longer answers)")
-                raise PerfAnalyzerError(message)
-            # As a reader re-runs it: the inputs in a folder named inputs/.
+                raise _failure(triton, done, f"perf_analyzer failed on {model} at {mode} {level}")
+            # As a reader re-runs it: the inputs in a file named inputs.json.
             shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(
-                str(data), "inputs")
+                str(data), "inputs.json")
             point = _parse(said, report, model, mode, level, shown)
             after = _totals(triton, model)
             executions = after["executions"] - before["executions"] if after and before else 0
@@ -514,8 +522,7 @@ def highest_rate(triton, model: str, inputs: dict[str, np.ndarray], *, low: floa
     url = triton.grpc_url if protocol == "grpc" else triton.http_url
     with tempfile.TemporaryDirectory(prefix="tritonbook_perf_") as folder:
         folder = Path(folder)
-        data = folder / "inputs"
-        data.mkdir()
+        data = folder / "inputs.json"
         arguments = [
             *_target(model, url, protocol, batch, data, inputs),
             "--measurement-mode", "count_windows",
@@ -528,13 +535,9 @@ def highest_rate(triton, model: str, inputs: dict[str, np.ndarray], *, low: floa
         done = _watched([*arguments, "-f", str(report)], triton, timeout,
                         f"{model} (the rate search)")
         said = done.stdout + done.stderr
-        shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(str(data), "inputs")
+        shown = shlex.join(["perf_analyzer", *arguments[1:]]).replace(str(data), "inputs.json")
         if done.returncode != 0 and "Failed to obtain stable measurement" not in said:
-            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            message = f"perf_analyzer's search failed on {model}: " + "; ".join(lines[-3:])
-            if not triton.is_live():
-                message = triton._explain(message + " (and the server no longer answers)")
-            raise PerfAnalyzerError(message)
+            raise _failure(triton, done, f"perf_analyzer's search failed on {model}")
         rows = {}
         if report.exists():
             with open(report, newline="") as handle:
