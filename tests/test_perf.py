@@ -60,9 +60,13 @@ def test_a_paced_model_measures_as_physics_allows(paced_server, protocol):
 
 def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottleneck(
         paced_server):
-    # 20 ms per request: both clients spend a small fraction of it, so both must
-    # see the same throughput.
-    for concurrency in (1, 4):
+    # 20 ms per request. At one in flight every cycle holds the client's own work on top
+    # of the server's, and the python client does more per request than perf_analyzer:
+    # the project's CI measured 0.93 of perf_analyzer's throughput there (2026-12-06),
+    # this machine 0.97 to 0.99. With four in flight that work overlaps the server's, and
+    # the two agree within 5 % (0.99 to 1.00 here): the GPU record's throughputs still
+    # come from loadgen.
+    for concurrency, within in ((1, 0.10), (4, 0.05)):
         # Time windows of 0.5 s (25 answers or more each): a count window never lasts
         # under a second.
         tool, = perf.run(paced_server, "paced", {"INPUT__0": X}, batch=1,
@@ -72,9 +76,7 @@ def test_loadgen_agrees_with_perf_analyzer_where_the_client_is_not_the_bottlenec
                                concurrency=concurrency, window=0.2,
                                expected={"OUTPUT__0": X})
         assert ours.stable and tool.stable
-        # Within 5 %: the GPU record's throughputs still come from loadgen (three runs
-        # here gave 0.97 to 1.00 of perf_analyzer's).
-        assert ours.throughput == pytest.approx(tool.infer_per_s, rel=0.05), concurrency
+        assert ours.throughput == pytest.approx(tool.infer_per_s, rel=within), concurrency
 
 
 def test_a_batched_level_sends_the_batch_asked_for(paced_server):

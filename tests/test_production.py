@@ -317,3 +317,14 @@ def test_standin_share_sets_served_compute_beside_the_same_file_in_process(scrat
     for batch, spread in share["q1-q3 alone, ms"].items():
         q1, q3 = map(float, spread.split("-"))
         assert 0 < q1 <= q3, batch
+
+
+def test_the_instance_device_is_the_kind_of_every_group_and_both_kinds_are_refused():
+    def config(*kinds):
+        return {"name": "m", "instance_group": [{"kind": k, "count": 1} for k in kinds]}
+
+    assert production.instance_device(config("KIND_CPU")) == "cpu"
+    assert production.instance_device(config("KIND_GPU", "KIND_GPU")) == "cuda"
+    # A model served on both kinds has no one device to compare with.
+    with pytest.raises(ValueError, match=r"\['KIND_CPU', 'KIND_GPU'\]"):
+        production.instance_device(config("KIND_GPU", "KIND_CPU"))

@@ -22,7 +22,7 @@ from tritonbook.server import SHM_PREFIX
 __all__ = ["scrape", "model_counters", "metrics_table", "MetricsRecorder", "health_codes",
            "stub_processes", "stub_region", "wait_dead", "listening_addresses", "shm_segments",
            "machine_name", "COUNTERS", "GPU_RUN", "gpu_run", "gpu_device", "gpu_run_half", "small_cnn", "small_cnn_onnx",
-           "standin_share",
+           "standin_share", "instance_device",
            "stub_shm", "stub_python", "wait_counted"]
 
 # The per-model counters Triton exports, by the names this book uses for them.
@@ -375,6 +375,20 @@ def small_cnn():
     ).eval()
 
 
+def instance_device(config: dict) -> str:
+    """The torch device a model's instances run on, from its (served) config: "cuda"
+    when its instance groups are GPU groups, "cpu" when they are CPU groups. A model
+    with groups of both kinds runs on both, so one device cannot stand for it: that is a
+    ValueError naming the kinds."""
+    kinds = sorted({group.get("kind", "KIND_AUTO") for group in config["instance_group"]})
+    if kinds == ["KIND_GPU"]:
+        return "cuda"
+    if kinds == ["KIND_CPU"]:
+        return "cpu"
+    raise ValueError(f"{config.get('name', 'the model')}'s instance groups are {kinds}: "
+                     "give it KIND_CPU groups or KIND_GPU groups, not both")
+
+
 def standin_share(triton, model: str, inputs: dict, torchscript: bytes,
                   batches: Sequence[int] = (1, 8), repeats: int = 200):
     """What serving adds to an execution of ``model``, at each batch in ``batches``.
@@ -382,7 +396,7 @@ def standin_share(triton, model: str, inputs: dict, torchscript: bytes,
     The server's compute time per execution (perf_analyzer, one request of ``batch``
     rows in flight, so that nothing competes for the cores) against ``repeats`` calls of
     the same TorchScript file (``torchscript``, the bytes the server loaded) in this
-    process, on the device the model's first instance group names. Mean against mean:
+    process, on the device the model's instance groups name. Mean against mean:
     the server reports a mean per execution. ``inputs``: one row per input, as
     ``perf.run`` takes them; the file is called with the first. A pandas table, one
     row per batch."""
@@ -395,8 +409,7 @@ def standin_share(triton, model: str, inputs: dict, torchscript: bytes,
     from tritonbook import perf
     from tritonbook.measure import time_call
 
-    kind = triton.http().get_model_config(model)["instance_group"][0]["kind"]
-    device = "cuda" if kind == "KIND_GPU" else "cpu"
+    device = instance_device(triton.http().get_model_config(model))
     same_file = torch.jit.load(io.BytesIO(torchscript), map_location=device).eval()
     first = next(iter(inputs.values()))
     rows = []
