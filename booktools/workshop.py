@@ -37,6 +37,7 @@ OBJECTIVES = {
     "06_pipelines": "wire one pipeline as ensemble, BLS and one model, and compare them",
     "07_production": "warm up, watch, tune, lock down and scale a Triton server",
     "08_model_navigator": "run Model Navigator on the book's models and read what it checks",
+    "09_clients": "stream, time out and cancel requests, and send tensors over 4 MiB",
 }
 
 

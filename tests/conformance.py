@@ -9,8 +9,9 @@ tests/test_conformance.py``).
 Two differences the suite allows, each because a python backend cannot avoid it:
 
 * a failed load on a stand-in is reported with status "Internal" (the python backend
-  reports every initialize() failure so); the real backends say "Invalid argument" for
-  most. The message itself must be the real backend's.
+  reports every initialize() failure so); the real backends say "Invalid argument" where
+  a config disagrees with the model (most of this suite's load errors) and "Internal"
+  where the file itself cannot be loaded. The message itself must be the real backend's.
 * a case may name ``standin_load_error``: a feature the stand-in does not serve (sequence
   batching). On the embedded server its load must fail with that message, which names the
   stand-in; against the container the real answer is checked as usual.

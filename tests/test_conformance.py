@@ -33,6 +33,13 @@ ADD_SUB = c.onnx_graph(
     [("INPUT0", FP32, ["batch", 16]), ("INPUT1", FP32, ["batch", 16])],
     [("OUTPUT0", FP32, ["batch", 16]), ("OUTPUT1", FP32, ["batch", 16])],
 )
+# One input with a dynamic batch dimension: OUTPUT = -INPUT (a new user's first model: one
+# tensor in, one out).
+NEGATE = c.onnx_graph(
+    [helper.make_node("Neg", ["INPUT"], ["OUTPUT"])],
+    [("INPUT", FP32, ["batch", 16])],
+    [("OUTPUT", FP32, ["batch", 16])],
+)
 # The same graph exported with a fixed batch of 1, as torch.onnx.export does without
 # dynamic axes.
 ADD_SUB_FIXED = c.onnx_graph(
@@ -74,6 +81,14 @@ ONNX_CASES = [
            served_io={"input": {"INPUT0": ("TYPE_FP32", [16]), "INPUT1": ("TYPE_FP32", [16])},
                       "output": {"OUTPUT0": ("TYPE_FP32", [16]), "OUTPUT1": ("TYPE_FP32", [16])}},
            inputs={"INPUT0": X, "INPUT1": Y}, expected={"OUTPUT0": X + Y}),
+    # A folder's config.pbtxt with nothing but the platform and a KIND_CPU group, as a new
+    # user writes it: the container fills in the one input and output (issue 56).
+    c.Case("ort_autocomplete_one_input", f"{QA_AUTOFILL}_success/onnx/no_config; {ORT_SRC} AutoCompleteConfig",
+           NEGATE, {"platform": ORT, "instance_group": [{"kind": "KIND_CPU", "count": 1}]},
+           served={"max_batch_size": 4},
+           served_io={"input": {"INPUT": ("TYPE_FP32", [16])},
+                      "output": {"OUTPUT": ("TYPE_FP32", [16])}},
+           inputs={"INPUT": X}, expected={"OUTPUT": -X}),
     c.Case("ort_autocomplete_no_batch", f"{QA_AUTOFILL}_success/onnx/no_config_no_batch",
            ADD_SUB_FIXED, {"platform": ORT, "instance_group": [{"kind": "KIND_CPU", "count": 1}]},
            served={"max_batch_size": 0},
@@ -402,15 +417,19 @@ def test_every_case_names_its_source_and_one_answer():
 
 def test_book_server_leaves_configs_as_written(tmp_path):
     """The book's embedded server starts with auto-complete off: the config the
-    container would complete (ort_autocomplete) is refused, with the real backend's
+    container would complete (ort_autocomplete, ort_autocomplete_one_input) is refused, with the real backend's
     message for a config that lists fewer inputs than the model has."""
     if CONFORMANCE_URL:
         pytest.skip("the server behind TRITON_URL was started with its own flags")
     with server.EmbeddedTriton(tmp_path) as embedded:
         assert "--disable-auto-complete-config" in embedded.command
-        case = next(case for case in ONNX_CASES if case.name == "ort_autocomplete")
-        with pytest.raises(server.TritonServerError) as refused:
-            embedded.load(case.name, config=dict(case.config, name=case.name),
-                          files={"file:1/model.onnx": ADD_SUB()})
-        assert "configuration expects 0 inputs, model provides 2" in refused.value.reason
-        assert embedded.is_live()
+        # The troubleshooting page's entry: a new user's folder, one input or two.
+        for name, model, inputs in [("ort_autocomplete", ADD_SUB, 2),
+                                    ("ort_autocomplete_one_input", NEGATE, 1)]:
+            case = next(case for case in ONNX_CASES if case.name == name)
+            with pytest.raises(server.TritonServerError) as refused:
+                embedded.load(case.name, config=dict(case.config, name=case.name),
+                              files={"file:1/model.onnx": model()})
+            assert (f"configuration expects 0 inputs, model provides {inputs}"
+                    in refused.value.reason)
+            assert embedded.is_live()

@@ -20,6 +20,7 @@ def test_full_is_the_default_and_asks_for_what_the_cell_asks(monkeypatch):
         "window_s": 0.5, "window_requests": None, "max_trials": 20, "stability": 20.0,
         "attempts": 3}
     assert profile.search_step(10, 50, 5) == 5
+    assert profile.analyzer_instances((1, 2)) == (1, 2)
 
 
 def test_quick_does_less_of_everything(monkeypatch):
@@ -31,6 +32,7 @@ def test_quick_does_less_of_everything(monkeypatch):
     assert quick["stability"] == 1000.0
     assert profile.current().navigator_window_size == 3
     assert profile.search_step(10, 50, 5) == 40  # the range's two ends only
+    assert profile.analyzer_instances((1, 2)) == (1,)
     assert dict(profile.current().aoti_options) == {
         "cpp.simdlen": 1, "aot_inductor.debug_compile": True}
 

@@ -105,7 +105,7 @@ def search(
     percent over windows of ``window_requests`` answers (Model Analyzer's default
     stabilises on the p95 within 10 %, which a shared CPU rarely gives); the p95 it
     reports comes from the same windows. The quick profile shortens the windows, as it
-    does ``perf.run``'s (``tritonbook.profile``)."""
+    does ``perf.run``'s, and keeps the first instance count only (``tritonbook.profile``)."""
     import pandas as pd
     import yaml
 
@@ -117,6 +117,7 @@ def search(
     folder = Path(folder)
     model = folder.name
     settings = profile.perf_settings(None, window_requests, max_trials, stability, 1)
+    instances = profile.analyzer_instances(instances)
     work = Path(tempfile.mkdtemp(prefix="tritonbook-analyzer-"))
     try:
         shutil.copytree(folder, work / "models" / model)

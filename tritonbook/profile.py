@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 
 __all__ = ["Profile", "PROFILES", "VARIABLE", "current", "rounds", "repeats", "warmup",
-           "loadgen_settings", "perf_settings", "search_step"]
+           "loadgen_settings", "perf_settings", "search_step", "analyzer_instances"]
 
 VARIABLE = "TRITONBOOK_PROFILE"
 
@@ -62,6 +62,11 @@ class Profile:
     search_ends_only: bool
     # Model Navigator's profiling: samples per timing window (its default is 25).
     navigator_window_size: int | None
+    # Model Analyzer's grid (``analyzer.search``): the first this many of the instance
+    # counts a cell asks for. Each config is a server start and a model load of its
+    # own, most of a quick search's time; one count still measures every batcher
+    # setting the cell compares.
+    analyzer_instance_counts: int | None = None
     # Inductor settings for AOTInductor packages (``tritonbook.aoti``), as (name, value)
     # pairs. The quick profile's scalar kernels (cpp.simdlen 1) built at -O0
     # (aot_inductor.debug_compile) compute the same answers, slower, and compile GFPGAN
@@ -90,7 +95,7 @@ PROFILES = {
         # ones, and a threshold that any three meet (1000 %).
         perf_window_s=0.25, perf_window_requests=6, perf_max_trials=3,
         perf_stability=1000.0, perf_attempts=1, search_ends_only=True,
-        navigator_window_size=3,
+        navigator_window_size=3, analyzer_instance_counts=1,
         aoti_options=(("cpp.simdlen", 1), ("aot_inductor.debug_compile", True)),
         rebuild_shown_builds=False),
 }
@@ -151,3 +156,10 @@ def perf_settings(window_s: float | None, window_requests: int | None, max_trial
             "max_trials": _capped(max_trials, profile.perf_max_trials),
             "stability": stability,
             "attempts": _capped(attempts, profile.perf_attempts)}
+
+
+def analyzer_instances(asked: tuple[int, ...]) -> tuple[int, ...]:
+    """The instance counts of a Model Analyzer search: what a cell asks for, or the
+    first of them in the quick profile."""
+    cap = current().analyzer_instance_counts
+    return tuple(asked) if cap is None else tuple(asked)[:cap]
