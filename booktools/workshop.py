@@ -37,7 +37,8 @@ OBJECTIVES = {
     "06_pipelines": "wire one pipeline as ensemble, BLS and one model, and compare them",
     "07_production": "warm up, watch, tune, lock down and scale a Triton server",
     "08_model_navigator": "run Model Navigator on the book's models and read what it checks",
-    "09_clients": "stream, time out and cancel requests, and send tensors over 4 MiB",
+    "09_clients": ("stream, time out and cancel requests, send tensors over 4 MiB, keep many "
+                   "requests in flight, and batch images of different sizes"),
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonbook import server
+from tritonbook import repository, server
 from tritonbook.client import infer, request_counts
 from conftest import write_model
 
@@ -455,6 +455,54 @@ class TritonPythonModel:
     with server.EmbeddedTriton(repository, load_models=["pythonpath_probe"]) as triton:
         out = infer(triton, "pythonpath_probe", {"IN": np.zeros((1, 1), np.int32)}, ["OUT"])
     assert int(out["OUT"][0, 0]) == (1 if sys.version_info < (3, 11) else 0)
+
+
+def test_request_counts_add_the_compute_time_when_asked(book_server):
+    book_server.load("slow_python")
+    before = request_counts(book_server, "slow_python", compute=True)
+    infer(book_server, "slow_python", {"MS": np.array([[120]], np.int32)}, ["WORKED_MS"])
+    after = request_counts(book_server, "slow_python", grown_from=before, compute=True)
+    # The model works 120 ms in 10 ms steps; its execution's compute time holds them.
+    assert 120 <= after["compute_ms"] - before["compute_ms"] < 2000
+    assert set(request_counts(book_server, "slow_python")) == {"inference_count", "execution_count"}
+
+
+def test_burst_keeps_sizes_apart_unless_the_input_is_ragged(book_server):
+    from tritonbook import loadgen
+
+    images = [np.full((1, 3, s, s), 0.5, np.float32) for s in (8, 12, 8, 12)]
+    requests = [{"IMAGE": image} for image in images]
+    outputs = ["INVERTED", "SIZES"]
+    book_server.load("batch_python")
+    answers, runs = loadgen.burst(book_server, "batch_python", requests, outputs)
+    for image, answer in zip(images, answers):
+        np.testing.assert_allclose(answer["INVERTED"], 1 - image)
+    # Whatever the order of arrival, no execution held two sizes.
+    assert [int(a["SIZES"][0, 0]) for a in answers] == [1] * 4
+    assert 2 <= runs <= 4
+    ragged = repository.read_config("batch_python")
+    ragged["input"][0]["allow_ragged_batch"] = True
+    book_server.load("batch_python", ragged)
+    try:
+        answers, runs = loadgen.burst(book_server, "batch_python", requests, outputs)
+    finally:
+        book_server.load("batch_python", repository.read_config("batch_python"))
+    # Sent at once, within the batcher's 50 ms: one execution held both sizes.
+    assert max(int(a["SIZES"][0, 0]) for a in answers) == 2 and runs < 4
+    with pytest.raises(RuntimeError, match="request 0: .*unexpected shape"):
+        loadgen.burst(book_server, "batch_python", [{"IMAGE": np.zeros((1, 2), np.float32)}],
+                      outputs)
+
+
+def test_a_fork_after_grpc_threads_writes_nothing_to_the_notebook():
+    # server.start() forks with descriptor 2 sent to /dev/null (grpcio's fork notice);
+    # the descriptor comes back afterwards.
+    code = ("import os; from tritonbook.server import _fork_notice_silenced\n"
+            "with _fork_notice_silenced():\n    os.write(2, b'hidden')\n"
+            "os.write(2, b'shown')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr == "shown"
 
 
 def test_request_counts_wait_for_the_statistics(book_server):

@@ -108,13 +108,16 @@ def server_answer(exc: BaseException) -> str:
     return text.split("\n\nAt:\n")[0].strip()
 
 
-def request_counts(triton, model: str, grown_from: dict | None = None, timeout: float = 10.0) -> dict:
+def request_counts(triton, model: str, grown_from: dict | None = None, timeout: float = 10.0,
+                   compute: bool = False) -> dict:
     """A model's ``inference_count`` (images) and ``execution_count`` (model runs).
 
     Triton records a request's statistics just after it sends the answer, so a client
     that reads them at once can still see the old counts. Given the counts from before
     a request (``grown_from``), this reads until ``execution_count`` has grown, or until
-    ``timeout`` seconds have passed (then it returns what it read last).
+    ``timeout`` seconds have passed (then it returns what it read last). With
+    ``compute``, also ``compute_ms``: the milliseconds the model has spent computing
+    (the statistics' ``compute_infer``), summed over its versions.
     """
     import time
 
@@ -122,6 +125,8 @@ def request_counts(triton, model: str, grown_from: dict | None = None, timeout: 
     while True:
         stats = triton.http().get_inference_statistics(model)["model_stats"]
         counts = {key: sum(int(s[key]) for s in stats) for key in ("inference_count", "execution_count")}
+        if compute:
+            counts["compute_ms"] = sum(int(s["inference_stats"]["compute_infer"]["ns"]) for s in stats) / 1e6
         if grown_from is None or counts["execution_count"] > grown_from["execution_count"]:
             return counts
         if time.monotonic() > deadline:

@@ -17,6 +17,8 @@ a millisecond, this client, not the server, sets the pace.
   (see its docstring), the server's own times over the same span, and a check that the
   throughput does not exceed what the model's instances can compute.
 - ``run`` sends a fixed number of requests: for checks under load, not for numbers.
+- ``burst`` sends a list of requests at once and says how many executions served them:
+  for what the batcher merges, not for numbers.
 
     result = measure(triton, "srcnn", inputs, ["output"], concurrency=4)
     print(result)  # throughput and latency, with how they were measured
@@ -43,7 +45,7 @@ from tritonbook import profile
 __all__ = ["LoadResult", "measure", "run", "sweep", "server_totals",
            "capacity_check", "served_instances", "ImplausibleMeasurement",
            "results_table", "plot_sweeps",
-           "executions_by_batch_size", "statistics_table"]
+           "executions_by_batch_size", "statistics_table", "burst"]
 
 
 @dataclass(frozen=True)
@@ -549,6 +551,43 @@ def executions_by_batch_size(triton, model: str, version: str = "", *,
         if rows is None or held >= rows or time.monotonic() > deadline:
             return dict(sorted(counts.items()))
         time.sleep(0.05)
+
+
+def burst(triton, model: str, requests: Sequence[dict[str, np.ndarray]],
+          outputs: Sequence[str], *, timeout: float = 10.0) -> tuple[list[dict[str, np.ndarray]], int]:
+    """Send every request at once and wait for every answer: gRPC ``async_infer`` calls
+    from one thread, each answer handed to a queue by its callback.
+
+    Returns each request's ``outputs`` (arrays by name), in the order sent, and how many
+    executions the server counted for them, read from its statistics by batch size once
+    they hold every row sent (so no other client may use ``model`` meanwhile). An error
+    answer is raised with the server's message.
+    """
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    from tritonbook.client import request_inputs, server_answer
+
+    def totals(rows=None):
+        by_size = executions_by_batch_size(triton, model, rows=rows, timeout=timeout)
+        return sum(by_size.values()), sum(size * n for size, n in by_size.items())
+
+    runs_before, rows_before = totals()
+    answers: queue.Queue = queue.Queue()
+    client = triton.grpc()
+    for k, inputs in enumerate(requests):
+        client.async_infer(model, request_inputs(grpcclient, inputs),
+                           callback=lambda result, error, k=k: answers.put((k, result, error)))
+    got = {}
+    for _ in requests:
+        k, result, error = answers.get(timeout=timeout)
+        if error is not None:
+            raise RuntimeError(f"request {k}: {server_answer(error)}")
+        got[k] = {name: result.as_numpy(name) for name in outputs}
+    rows = sum(int(next(iter(inputs.values())).shape[0]) for inputs in requests)
+    runs_after, _ = totals(rows=rows_before + rows)
+    return [got[k] for k in range(len(requests))], runs_after - runs_before
 
 
 def statistics_table(triton, models: Sequence[str]):

@@ -356,17 +356,18 @@ class EmbeddedTriton(Triton):
         self._log_file = open(self.log_path, "wb")
         atexit.register(self.stop)
         for attempt in (1, 2):
-            self.process = subprocess.Popen(
-                args,
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_server_environment(wheel, environment),
-                cwd=self.workdir,
-                # Own process group: stop() can reach the python backend stubs.
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+            with _fork_notice_silenced():
+                self.process = subprocess.Popen(
+                    args,
+                    stdout=self._log_file,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=_server_environment(wheel, environment),
+                    cwd=self.workdir,
+                    # Own process group: stop() can reach the python backend stubs.
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
             try:
                 self._wait_ready(startup_timeout, wait_for)
                 return
@@ -750,6 +751,27 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+@contextlib.contextmanager
+def _fork_notice_silenced():
+    """While Popen forks, send this process's file descriptor 2 to /dev/null.
+
+    Once an asyncio gRPC client has run in a notebook's event loop, grpcio keeps a poller
+    thread, and at every fork its handler writes "Other threads are currently calling
+    into gRPC, skipping fork() handlers" to descriptor 2, which the notebook shows. The
+    child execs at once, so the handlers it skips have nothing to do; the server's own
+    output goes to its log, and Popen's errors come back as exceptions.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
