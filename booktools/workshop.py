@@ -39,6 +39,8 @@ OBJECTIVES = {
     "08_model_navigator": "run Model Navigator on the book's models and read what it checks",
     "09_clients": ("stream, time out and cancel requests, send tensors over 4 MiB, keep many "
                    "requests in flight, and batch images of different sizes"),
+    "10_requests_and_state": ("send strings, bound a queue and retry it, keep state in a "
+                              "sequence, and reload a model under load"),
 }
 
 
