@@ -41,6 +41,7 @@ OBJECTIVES = {
                    "requests in flight, and batch images of different sizes"),
     "10_requests_and_state": ("send strings, bound a queue and retry it, keep state in a "
                               "sequence, and reload a model under load"),
+    "11_half_precision": "serve a network in FP16 or behind an FP32 wrapper, and send BF16",
 }
 
 

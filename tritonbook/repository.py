@@ -42,6 +42,47 @@ def build_affine_torchscript(path: Path) -> None:
         torch.jit.save(torch.jit.script(Affine()), str(path))
 
 
+def half_demo_net():
+    """Chapter 11's network: two seeded 3x3 convolutions, float32, in eval mode."""
+    import torch
+
+    torch.manual_seed(11)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 3, 3, padding=1)).eval()
+
+
+def _save_trace(module, example, path: Path) -> None:
+    import torch
+
+    with warnings.catch_warnings(), torch.no_grad():
+        # torch.jit is deprecated in PyTorch 2.13 (chapter 3); the libtorch backend
+        # still serves TorchScript only.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.trace(module, example), str(path))
+
+
+def build_half_torchscript(path: Path) -> None:
+    """half_demo_net in float16, traced: FP16 in and out."""
+    import torch
+
+    _save_trace(half_demo_net().half(), torch.rand(1, 3, 16, 16).half(), path)
+
+
+def build_half_wrapped_torchscript(path: Path) -> None:
+    """half_demo_net in float16 inside a wrapper that takes and returns float32."""
+    import torch
+
+    class HalfInside(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = half_demo_net().half()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x.half()).float()
+
+    _save_trace(HalfInside().eval(), torch.rand(1, 3, 16, 16), path)
+
+
 def build_affine_onnx(path: Path) -> None:
     """y = 2x + 1 as an ONNX graph with a dynamic batch dimension."""
     import onnx
@@ -268,6 +309,8 @@ BUILDERS: dict[str, list[tuple[str, Callable[[Path], None]]]] = {
     "gfpgan_batched": [("1/model.pt", link_to("gfpgan", "1/model.pt"))],
     "srcnn": [("1/model.onnx", build_srcnn_onnx)],
     "face_passthrough": [("1/model.pt", build_face_passthrough)],
+    "half_torchscript": [("1/model.pt", build_half_torchscript)],
+    "half_wrapped_torchscript": [("1/model.pt", build_half_wrapped_torchscript)],
     # Two versions of one model: x3-only weights (1), then multi-scale weights (2).
     "srcnn_versions": [("1/model.onnx", build_srcnn_x3_onnx), ("2/model.onnx", build_srcnn_onnx)],
 }
