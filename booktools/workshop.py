@@ -42,6 +42,8 @@ OBJECTIVES = {
     "10_requests_and_state": ("send strings, bound a queue and retry it, keep state in a "
                               "sequence, and reload a model under load"),
     "11_half_precision": "serve a network in FP16 or behind an FP32 wrapper, and send BF16",
+    "12_host_memory": ("find which process holds memory, reload without piling up stubs, "
+                       "and compare allocators"),
 }
 
 

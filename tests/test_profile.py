@@ -21,6 +21,7 @@ def test_full_is_the_default_and_asks_for_what_the_cell_asks(monkeypatch):
         "attempts": 3}
     assert profile.search_step(10, 50, 5) == 5
     assert profile.analyzer_instances((1, 2)) == (1, 2)
+    assert profile.memory_requests(800) == 800 and profile.reloads(30) == 30
 
 
 def test_quick_does_less_of_everything(monkeypatch):
@@ -33,6 +34,7 @@ def test_quick_does_less_of_everything(monkeypatch):
     assert profile.current().navigator_window_size == 3
     assert profile.search_step(10, 50, 5) == 40  # the range's two ends only
     assert profile.analyzer_instances((1, 2)) == (1,)
+    assert profile.memory_requests(800) == 24 and profile.reloads(30) == 4
     assert dict(profile.current().aoti_options) == {
         "cpp.simdlen": 1, "aot_inductor.debug_compile": True}
 

@@ -25,7 +25,8 @@ import os
 from dataclasses import dataclass
 
 __all__ = ["Profile", "PROFILES", "VARIABLE", "current", "rounds", "repeats", "warmup",
-           "loadgen_settings", "perf_settings", "search_step", "analyzer_instances"]
+           "loadgen_settings", "memory_requests", "reloads", "perf_settings", "search_step",
+           "analyzer_instances"]
 
 VARIABLE = "TRITONBOOK_PROFILE"
 
@@ -77,6 +78,10 @@ class Profile:
     # and timed every time, or only when its code or inputs changed since its last
     # build (CI's second notebook pass then reuses the first's files).
     rebuild_shown_builds: bool = True
+    # Chapter 12 (``tritonbook.memory``): the requests of a memory test, and the
+    # unload-and-load cycles of a reload test, at most this many.
+    memory_requests: int | None = None
+    reloads: int | None = None
 
 
 PROFILES = {
@@ -97,7 +102,7 @@ PROFILES = {
         perf_stability=1000.0, perf_attempts=1, search_ends_only=True,
         navigator_window_size=3, analyzer_instance_counts=1,
         aoti_options=(("cpp.simdlen", 1), ("aot_inductor.debug_compile", True)),
-        rebuild_shown_builds=False),
+        rebuild_shown_builds=False, memory_requests=24, reloads=4),
 }
 
 
@@ -122,6 +127,16 @@ def rounds(asked: int) -> int:
 def repeats(asked: int) -> int:
     """How many timed calls to make, where a cell asks for ``asked``."""
     return _capped(asked, current().repeats)
+
+
+def memory_requests(asked: int) -> int:
+    """How many requests a memory test sends, where a cell asks for ``asked``."""
+    return _capped(asked, current().memory_requests)
+
+
+def reloads(asked: int) -> int:
+    """How many unload-and-load cycles a reload test runs, where a cell asks for ``asked``."""
+    return _capped(asked, current().reloads)
 
 
 def warmup(asked: int) -> int:

@@ -179,17 +179,23 @@ class Triton:
             reason = f"loading model '{model}' failed: {exc.message()}"
             raise TritonServerError(self._explain(reason), reason) from None
 
-    def unload(self, model: str, wait: float = 30.0, headers: dict[str, str] | None = None) -> None:
-        """Unload a model and wait until the server reports it gone."""
+    def unload(self, model: str, wait: float = 30.0, headers: dict[str, str] | None = None,
+               finished: bool = False) -> None:
+        """Unload a model and wait until it takes no more requests (no longer READY).
+
+        The unload itself goes on after that: a python model's stubs take about a second
+        to end (chapter 12). ``finished=True`` waits until the repository index says
+        UNAVAILABLE, its stubs gone, as a loop that unloads and loads again should.
+        """
         self.http().unload_model(model, headers=headers)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             index = self.http().get_model_repository_index(headers=headers)
-            states = {m["name"]: m.get("state") for m in index}
-            if states.get(model) != "READY":
+            state = {m["name"]: m.get("state") for m in index}.get(model)
+            if state != "READY" and not (finished and state == "UNLOADING"):
                 return
-            time.sleep(0.1)
-        raise TritonServerError(f"model '{model}' still READY {wait:.0f} s after unload")
+            time.sleep(0.01 if finished else 0.1)
+        raise TritonServerError(f"model '{model}' still {state} {wait:.0f} s after unload")
 
     def model_ready(self, model: str) -> bool:
         return self.http().is_model_ready(model)
