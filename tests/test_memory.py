@@ -61,3 +61,9 @@ def test_stubs_are_found_and_a_finished_unload_leaves_none():
         assert memory.preloaded(triton) == ["jemalloc"]
         triton.unload("text_python", finished=True)
         assert memory.stubs(triton.pid) == {}
+
+
+def test_a_reload_test_counts_its_stubs():
+    loop = memory.reload_test(2, finished=True, model="text_python")
+    assert loop.failure is None and [r["stubs"] for r in loop.rows] == [1, 1]
+    assert "2 cycles" in loop.summary("waited")

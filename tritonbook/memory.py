@@ -20,6 +20,7 @@ the chapter 12 loads against it, and starts servers with another ``malloc``
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -157,23 +158,67 @@ def preloaded(triton) -> list[str]:
     return [name for name, files in LIBRARIES.items() if any(f in maps for f in files)]
 
 
+@dataclass
+class Reloads:
+    """What a reload loop left: one row per cycle (its seconds, the stubs running, the
+    server's and the stubs' RssAnon in MiB), and how the server failed, if it did."""
+
+    rows: list[dict]
+    failure: str | None = None
+
+    def summary(self, label: str) -> str:
+        if not self.rows:
+            return f"{label}: the server {self.failure} at the first cycle"
+        each = sum(r["seconds"] for r in self.rows) / len(self.rows)
+        heap = max(r["server_anon"] + r["stubs_anon"] for r in self.rows)
+        line = (f"{label}: {len(self.rows)} cycles of {each:.2f} s, up to "
+                f"{max(r['stubs'] for r in self.rows)} stubs and {heap:.0f} MiB")
+        return line + (f"; then the server {self.failure}" if self.failure else "")
+
+
 def reload_cycles(triton, model: str, cycles: int, *, finished: bool,
-                  config: dict | None = None, timeout: float = 30.0) -> list[dict]:
+                  config: dict | None = None, timeout: float = 30.0) -> Reloads:
     """Unload and load ``model`` ``cycles`` times, through ``Triton.unload`` (``finished``:
     wait until the unload has finished, its stubs gone; otherwise only until the model
-    takes no more requests). After each load: the cycle's seconds, how many stubs run, and
-    the server's and the stubs' RssAnon (MiB). The quick profile runs fewer cycles."""
+    takes no more requests). The quick profile runs fewer cycles. A server that dies or
+    stops answering ends the loop, and ``failure`` says how (24.10 has crashed in the
+    loop that does not wait: chapter 12)."""
     pid = _pid(triton)
     cycles = profile.reloads(cycles)
-    rows = []
+    result = Reloads([])
     for cycle in range(1, cycles + 1):
         start = time.perf_counter()
-        triton.unload(model, wait=timeout, finished=finished)
-        triton.load(model, config=config)
-        rows.append({"cycle": cycle, "seconds": time.perf_counter() - start,
-                     "stubs": len(stubs(pid)), "server_anon": usage(pid).anon,
-                     "stubs_anon": _stub_anon(pid)})
-    return rows
+        try:
+            triton.unload(model, wait=timeout, finished=finished)
+            triton.load(model, config=config)
+        except Exception:
+            crashed = triton.process.poll() is not None or "Signal (" in triton.log()
+            result.failure = (f"crashed ({_signal_line(triton.log())})" if crashed
+                              else "stopped answering")
+            return result
+        result.rows.append({"cycle": cycle, "seconds": time.perf_counter() - start,
+                            "stubs": len(stubs(pid)), "server_anon": usage(pid).anon,
+                            "stubs_anon": _stub_anon(pid)})
+    return result
+
+
+def _signal_line(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.startswith("Signal (")]
+    return lines[-1] if lines else "exited"
+
+
+def reload_test(cycles: int, *, finished: bool, model: str = "batch_python") -> Reloads:
+    """``reload_cycles`` on a fresh embedded server, stopped afterwards (killed if it
+    hangs or has crashed)."""
+    from tritonbook import server
+
+    triton = server.EmbeddedTriton()
+    try:
+        triton.load(model)
+        return reload_cycles(triton, model, cycles, finished=finished)
+    finally:
+        with contextlib.suppress(Exception):
+            triton.stop()
 
 
 @dataclass
@@ -279,15 +324,15 @@ def allocator_run(name: str, requests: int, *, environment: dict[str, str] | Non
         return image_traffic(triton, requests, allocator=name, **kwargs)
 
 
-def plot_reloads(waits: dict[str, list[dict]]):
+def plot_reloads(loops: dict[str, Reloads]):
     """Stubs alive (left) and all processes' RssAnon (right) after each load."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for label, rows in waits.items():
-        cycles = [r["cycle"] for r in rows]
-        left.plot(cycles, [r["stubs"] for r in rows], marker="o", label=label)
-        right.plot(cycles, [r["server_anon"] + r["stubs_anon"] for r in rows],
+    for label, loop in loops.items():
+        cycles = [r["cycle"] for r in loop.rows]
+        left.plot(cycles, [r["stubs"] for r in loop.rows], marker="o", label=label)
+        right.plot(cycles, [r["server_anon"] + r["stubs_anon"] for r in loop.rows],
                    marker="o", label=label)
     left.set_ylabel("stub processes running")
     right.set_ylabel("RssAnon, server + stubs (MiB)")
