@@ -31,8 +31,6 @@ import numpy as np
 from tritonbook import profile
 
 MIB = 1024 * 1024
-# /proc/PID/comm holds the first 15 characters of the executable's name.
-STUB_COMM = "triton_python_backend_stub"[:15]
 # Where Debian and Ubuntu put shared libraries: the packages of the README's apt line
 # (libtcmalloc-minimal4, libjemalloc2). The NGC container has gperftools' full tcmalloc
 # (libtcmalloc.so.4) and libjemalloc instead (server build.py, r24.10 and r26.08).
@@ -106,23 +104,18 @@ def usage(pid: int, role: str = "") -> Usage:
 
 
 def stubs(server_pid: int) -> dict[int, str]:
-    """The python stubs of the server ``server_pid``: pid -> the instance each serves."""
+    """The live python stubs of the server ``server_pid``: pid -> the instance each
+    serves (``production.stub_processes``, every model's)."""
+    from tritonbook.production import stub_processes
+
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in stub_processes(server_pid):
         try:
-            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            if int(parent) != server_pid or state == "Z":  # Z: exited, not yet reaped
-                continue
-            if (entry / "comm").read_text().strip() != STUB_COMM:
-                continue
             # The stub's arguments: model.py, its shm region, two sizes, the server's
             # pid, the backend's folder, a handle, then the instance's name.
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue  # gone while we looked
-        found[int(entry.name)] = argv[8].decode() if len(argv) > 8 else "?"
+            found[process.pid] = process.cmdline()[8]
+        except Exception:  # gone while we looked
+            continue
     return found
 
 

@@ -234,12 +234,13 @@ def index_status(http_url: str, headers: dict[str, str] | None = None) -> tuple[
         return error.code, error.read().decode()
 
 
-def stub_processes(server_pid: int, model: str) -> list:
+def stub_processes(server_pid: int, model: str | None = None) -> list:
     """The live python backend stubs of ``model``'s instances (``<model>_<group>_<n>``),
-    children of the server process ``server_pid``; psutil processes."""
+    or of every model's with ``model=None``, children of the server process
+    ``server_pid``; psutil processes."""
     import psutil
 
-    instance = re.compile(rf"^{re.escape(model)}_\d+_\d+$")
+    instance = re.compile(rf"^{re.escape(model) if model else '.+'}_\d+_\d+$")
     found = []
     for child in psutil.Process(server_pid).children(recursive=True):
         try:
