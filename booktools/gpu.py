@@ -2,8 +2,8 @@
 
     python -m booktools.gpu --out DIR [--deadline SECONDS]
 
-Each section (environment, chapter 1's CUDA kernels, chapter 3's parity, chapters 5
-and 6 served on GPU instances) records what it measured, or the error that stopped it,
+Each section (environment, chapter 1's CUDA kernels, chapter 3's parity, chapters 13
+and 6 served on GPU instances; chapter 13 was then part of chapter 5) records what it measured, or the error that stopped it,
 in ``DIR/gpu_run.json``, which is rewritten after every section: a run cut short still
 leaves what it finished. ``--deadline`` skips the sections that would start after it.
 ``python -m booktools.gpu --report FILE`` prints the tables of ``book/gpu.md`` from a
@@ -447,7 +447,7 @@ def _embedded(result: dict):
 
 
 def served(deadline: float) -> dict:
-    """Chapter 5 on the embedded server with GPU instances."""
+    """Chapter 13 (then part of chapter 5) on the embedded server with GPU instances."""
     import numpy as np
     import torch
 
@@ -1005,8 +1005,8 @@ def _pipeline_steps(triton, run_network, picture, reference) -> dict:
     return steps
 
 
-# Chapter 7, section 7: its small network on 64x64 tiles, one instance with no kind
-# (Triton places it on the GPU), under each batcher setting.
+# Chapter 14, section 2 (then chapter 7, section 7): its small network on 64x64 tiles,
+# one instance with no kind (Triton places it on the GPU), under each batcher setting.
 TILE_BATCHERS = {
     "no batcher": None,
     "delay 0": {},
@@ -1021,7 +1021,7 @@ TILE_COMPARED = ("delay 2 ms", "preferred 8, delay 10 ms")
 
 
 def _small_cnn():
-    """Chapter 7's small network, traced as that chapter traces it."""
+    """Chapter 14's small network, traced as that chapter traces it."""
     import io
 
     import torch
@@ -1045,7 +1045,7 @@ def _small_cnn():
 
 
 def batcher(deadline: float) -> dict:
-    """Chapter 7's batcher settings at 8 requests in flight, then three interleaved
+    """Chapter 14's batcher settings at 8 requests in flight, then three interleaved
     rounds of two settings and no batcher, with the chapter's verdicts."""
     import numpy as np
     import torch

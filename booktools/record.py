@@ -160,13 +160,13 @@ def status(counts: Counter) -> str:
 
 def table(entries: list[dict], current: dict[tuple[str, str], dict]) -> str:
     """The record as a Markdown table: one row per verdict the notebooks print now,
-    over the independent runs of its current cell."""
+    over the independent runs of its current cell, in whichever chapter they ran (a
+    cell moved unchanged to another chapter keeps its history)."""
     rows = ["| chapter | verdict | runs | verdicts seen | ratios seen | status |",
             "|---|---|---|---|---|---|"]
     for (notebook, name), verdict in current.items():
-        same = [e for e in entries if e.get("notebook") == notebook]
-        counts = tally(name, verdict["cell"], same)
-        seen = seen_range(name, verdict["cell"], same)
+        counts = tally(name, verdict["cell"], entries)
+        seen = seen_range(name, verdict["cell"], entries)
         ratios = "" if seen is None else (f"{seen[0]:.2f}x" if seen[0] == seen[1]
                                           else f"{seen[0]:.2f}x to {seen[1]:.2f}x")
         words = ", ".join(f"{verdict_} {count}" for verdict_, count in sorted(counts.items()))

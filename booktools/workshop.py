@@ -33,9 +33,9 @@ OBJECTIVES = {
     "02_simplify_forward": "make a forward traceable: no branch on data, no dict output",
     "03_trace_parity": "trace GFPGAN, prove parity, and know when a trace is wrong",
     "04_dynamic_onnx_resize": "export a dynamic ONNX Resize and serve it",
-    "05_model_repository": "write config.pbtxt, load it, and measure what a setting buys",
+    "05_model_repository": "write config.pbtxt, load it, and read what the server reports",
     "06_pipelines": "wire one pipeline as ensemble, BLS and one model, and compare them",
-    "07_production": "warm up, watch, tune, lock down and scale a Triton server",
+    "07_production": "warm up, watch, lock down and scale a Triton server",
     "08_model_navigator": "run Model Navigator on the book's models and read what it checks",
     "09_clients": ("stream, time out and cancel requests, send tensors over 4 MiB, keep many "
                    "requests in flight, and batch images of different sizes"),
@@ -44,6 +44,10 @@ OBJECTIVES = {
     "11_half_precision": "serve a network in FP16 or behind an FP32 wrapper, and send BF16",
     "12_host_memory": ("find which process holds memory, reload without piling up stubs, "
                        "and compare allocators"),
+    "13_measuring_served_models": ("measure what serving costs and what the batcher buys, "
+                                   "and check each number against its ceiling"),
+    "14_cpu_tuning": ("size instances and threads to the cores, tune the batcher, and find "
+                      "the highest rate within a p95 objective"),
 }
 
 

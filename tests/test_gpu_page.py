@@ -60,7 +60,7 @@ def test_the_gpu_script_runs_on_the_cpu(tmp_path):
     # on the CPU under nbval, and test_navigator.py checks the harness. batcher and
     # pipeline (a minute together, in the quick profile) are left out too, and so are
     # custom_ops and trace_parity (their timings and AOTInductor compile), so that the
-    # unit tests stay short (issue 52): chapters 1, 3, 6 and 7 run the
+    # unit tests stay short (issue 52): chapters 1, 3, 6 and 14 run the
     # same steps on the CPU in both notebook passes, and make book-gpu runs the
     # notebooks themselves on a GPU (issue 53), which retires this script once it has.
     sections = ["environment", "served"]

@@ -52,7 +52,7 @@ def test_the_claims_are_read_and_checked():
 
 def test_a_claim_reads_the_line_printed_above_it(tmp_path):
     # The prose speaks of the result above it; a later cell printing the same label
-    # (chapter 7's GPU record) does not count, and a claim with no such line above it
+    # (chapter 14's GPU record) does not count, and a claim with no such line above it
     # reads the whole notebook.
     def printed(text):
         return nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(

@@ -145,3 +145,25 @@ def test_the_plot_against_a_baseline_draws_each_ratio_with_its_interval():
     assert [1.0, 1.0] in ([float(y) for y in line.get_ydata()] for line in right.lines)
     assert "script" in right.get_ylabel()
     plt.close(fig)
+
+
+def test_the_plot_against_a_baseline_survives_a_side_that_never_settled():
+    # Chapter 6, 2026-12-07: perf_analyzer's windows never agreed for one deployment, its
+    # latencies and ratio were NaN, and the plot raised "Axis limits cannot be NaN".
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from tritonbook.measure import plot_against_baseline
+
+    nan = float("nan")
+    ratios = {"settled": Ratio("settled / base", (90.0, 92.0, 91.0), (100.0, 101.0, 99.0)),
+              "unsettled": Ratio("unsettled / base", (nan, nan, nan), (100.0, 101.0, 99.0))}
+    latency = pd.DataFrame({"one face": [400.0, nan]}, index=list(ratios))
+    fig = plot_against_baseline(latency, ratios, "title")
+    left, right = fig.axes
+    assert left.get_ylim()[1] == 4000.0
+    assert "no ratio" in [text.get_text() for text in right.texts]
+    plt.close(fig)

@@ -62,6 +62,16 @@ def test_runs_of_one_session_count_once_and_a_changed_cell_starts_afresh():
     assert record.tally("a / b", "c2", entries) == {"higher": 1}
 
 
+def test_a_verdict_moved_unchanged_to_another_chapter_keeps_its_history():
+    # Chapter 5's measurements moved to chapter 13 (issue 56): the same label and cell.
+    entries = [{**_entry(day, "higher"), "notebook": "05_model_repository"}
+               for day in ("01T10:00", "02T10:00", "03T10:00")]
+    shown = record.table(entries, {("13_measuring_served_models", "a / b"): {"cell": "c1"}})
+    assert "| 13 | a / b | 3 | higher 3 | 1.50x | replicates: higher |" in shown
+    changed = record.table(entries, {("13_measuring_served_models", "a / b"): {"cell": "c2"}})
+    assert "| 13 | a / b | 0 |" in changed
+
+
 def test_a_direction_needs_three_agreeing_runs_and_none_against():
     assert record.supported("higher", record.Counter(higher=3))
     assert not record.supported("higher", record.Counter(higher=2))

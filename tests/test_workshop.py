@@ -41,12 +41,12 @@ def test_committed_plans_fit_their_days(book):
     full = workshop.schedule(workshop.FULL_DAY, book, day_minutes=480)
     assert half["minutes"].sum() <= 240 and full["minutes"].sum() <= 480
     assert half.index[0] == "09:00" and half.iloc[-1]["what"] == "End"
-    # The full day leaves chapter 4 (read at home), chapters 7 and 9-12 (a second morning)
+    # The full day leaves chapter 4 (read at home), chapters 7 and 9-14 (a second morning)
     # and chapter 8 (after the day) out, as the workshop guide says.
     planned = {name for kind, name, _ in workshop.FULL_DAY if kind == "chapter"}
     assert set(book) - planned == {"04_dynamic_onnx_resize", "07_production", "08_model_navigator",
                                    "09_clients", "10_requests_and_state", "11_half_precision",
-                                   "12_host_memory"}
+                                   "12_host_memory", "13_measuring_served_models", "14_cpu_tuning"}
     assert sum("exercises" in what for what in full["what"]) == len(planned) - 1
 
 

@@ -184,7 +184,11 @@ def plot_against_baseline(latency, ratios: dict[str, "Ratio"], title: str,
         name = str(column).removesuffix("median ms").strip(" ,") or str(column)
         left.bar(xs + offset, latency[column], width, label=name)
     left.set_yscale("log")
-    left.set_ylim(top=10 * latency.to_numpy().max())  # room for the legend
+    # A level whose windows never agreed has no numbers (NaN): no bar, and no limit.
+    measured = latency.to_numpy(dtype=float)
+    measured = measured[np.isfinite(measured)]
+    if measured.size:
+        left.set_ylim(top=10 * measured.max())  # room for the legend
     left.set_ylabel("median latency, ms (log scale)")
     left.set_title("median latency")
     left.legend(loc="upper left", ncols=len(latency.columns))
@@ -194,6 +198,9 @@ def plot_against_baseline(latency, ratios: dict[str, "Ratio"], title: str,
     runs = {f"{len(r.a)} paired rounds" for r in ratios.values()}
     right.errorbar(xs, centres, yerr=[centres - lows, highs - centres], fmt="o",
                    capsize=4, label=f"95 % interval, {', '.join(sorted(runs))}")
+    for x, centre in zip(xs, centres):
+        if not np.isfinite(centre):  # a side without a settled run
+            right.annotate("no ratio", (x, 0.05), ha="center", fontsize=8)
     right.axhline(1, color="black", linestyle="--", label=baseline)
     right.set_ylabel(f"throughput, relative to the {baseline}")
     right.set_title(f"throughput against the {baseline}")

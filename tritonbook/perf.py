@@ -34,7 +34,7 @@ measurement docs):
 * time windows (``window_s``): a window lasts that long (perf_analyzer waits 1.2 times
   it). Right for models that answer hundreds of requests a second, where a count window
   can never be shorter than 1 s and holds ten times the answers it asked for. On the
-  tiny model of chapter 5, 0.25 s windows took a third of the time of count windows
+  tiny model of chapter 13, 0.25 s windows took a third of the time of count windows
   of 50; where shorter windows need more of them to agree, the gain is smaller.
 
 The quick profile (``tritonbook.profile``, CI's) runs each level in three short windows

@@ -1,6 +1,6 @@
 """Chapter 7's instruments: the Prometheus endpoint, the health endpoints as a load
 balancer reads them, the server's processes and sockets, and shared-memory regions; and
-the small network its thread and batcher sections load (``small_cnn``).
+the small network that chapter 14's thread and batcher sections load (``small_cnn``).
 
 Everything here reads a real server; nothing stands in for one.
 """
@@ -361,7 +361,7 @@ def stub_python(triton, model: str = "python_probe") -> dict[str, str]:
 
 
 def small_cnn():
-    """Chapter 7's small convolutional network: three 3x3 convolutions, 3 channels in,
+    """Chapter 14's small convolutional network: three 3x3 convolutions, 3 channels in,
     16 inside, 3 out, so any image size works; seeded, so every call builds the same
     weights (the chapter on two CPU cores and the book's GPU run load the same network)."""
     import torch

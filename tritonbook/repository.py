@@ -549,7 +549,7 @@ def write_folder(destination: str | os.PathLike, config: dict, files: dict[str, 
     """A model given as the load API takes it (``Triton.load``: a JSON config with its
     name, and ``"file:<path>"`` contents) written as a model folder in ``destination``:
     ``config.pbtxt`` in Triton's text format, and the files. For tools that read a
-    repository, such as Model Analyzer (chapter 7)."""
+    repository, such as Model Analyzer (chapter 14)."""
     from google.protobuf import json_format, text_format
     from tritonclient.grpc import model_config_pb2
 

@@ -1,10 +1,10 @@
-"""A small MLP served by the python backend (chapter 5): 256 features in, 16 scores out.
+"""A small MLP served by the python backend (chapter 13): 256 features in, 16 scores out.
 
 Triton's dynamic batcher gives ``execute`` a list of requests, each with its own batch.
 Running the network once per request (``EXECUTE: "loop"``) pays the network's per-call
 cost for every request; running it once on the requests concatenated
 (``"concatenate"``) pays it once per execution. Both give each request its own answer.
-``"loop_one_buffer"`` is a mistake kept for chapter 5 to reproduce: it writes every
+``"loop_one_buffer"`` is a mistake kept for chapter 13 to reproduce: it writes every
 answer into the first rows of one array kept between calls, and the python backend
 copies outputs only after ``execute`` returns, so in one execution every response but
 the last starts with the last request's rows.
